@@ -1,0 +1,74 @@
+# Barge — run `make help` for the list of targets.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+BARGE := $(VENV)/bin/barge
+CLUSTER_DIR := .barge/cluster
+export PYTHONDONTWRITEBYTECODE := 1
+
+.DEFAULT_GOAL := help
+
+##@ General
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m\n"} \
+	  /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+venv: $(VENV)/.stamp ## Create .venv from the lock file (requirements.lock)
+$(VENV)/.stamp: requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==0.13.9
+	$(VENV)/bin/uv pip sync --quiet --python $(PY) --require-hashes requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
+	touch $@
+
+lock: ## Re-resolve requirements.lock from pyproject.toml
+	$(VENV)/bin/uv pip compile pyproject.toml --group dev --generate-hashes --python-version 3.11 \
+	  --no-header -o requirements.lock
+
+crds: venv ## Regenerate crds/ from the typed models in barge.api
+	$(BARGE) crds --out crds
+
+lint: venv ## ruff, mypy --strict, import-linter layer contracts, CRDs up to date
+	$(VENV)/bin/ruff check operator tests tools bench
+	$(VENV)/bin/ruff format --check operator tests tools bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
+	$(BARGE) crds --check --out crds
+
+fmt: venv ## Format the code with ruff
+	$(VENV)/bin/ruff format operator tests tools bench
+	$(VENV)/bin/ruff check --fix operator tests tools bench
+
+##@ Tests
+test: lint ## Lint, type-check and run every test (unit, contract, integration, e2e)
+	@$(PY) -m pytest -q tests; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc
+
+test-unit: venv ## Unit tests only (no cluster, no network)
+	$(PY) -m pytest -q tests/unit
+
+##@ Local control plane (etcd + kube-apiserver built from Go modules)
+tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver and kubectl
+	$(PYTHON) tools/localcluster.py build
+
+cluster-up: ## Start the local control plane; writes .barge/kubeconfig
+	$(PYTHON) tools/localcluster.py up --dir $(CLUSTER_DIR)
+	@mkdir -p .barge && cp $(CLUSTER_DIR)/kubeconfig .barge/kubeconfig
+	@echo "export KUBECONFIG=$(CURDIR)/.barge/kubeconfig PATH=$$(dirname $$($(PYTHON) tools/localcluster.py kubectl-path)):\$$PATH"
+
+cluster-down: ## Stop the local control plane
+	$(PYTHON) tools/localcluster.py down --dir $(CLUSTER_DIR)
+	@rm -f .barge/kubeconfig
+
+##@ Demo and benchmarks
+demo: ## The end-to-end demo (coming with the LLMBatchJob operator issue)
+	@echo "make demo: coming in a later issue (the LLMBatchJob operator). Try 'make cluster-up' and the samples."
+
+bench: venv ## Benchmarks (bench/), printed as tables
+	@ls bench/*.py >/dev/null 2>&1 && for b in bench/bench_*.py; do $(PY) $$b || exit 1; done || \
+	  echo "no benchmarks yet"
+
+.PHONY: help venv lock crds lint fmt test test-unit tools cluster-up cluster-down demo bench

@@ -1,0 +1,13 @@
+"""Typed models of Barge's custom resources: the source of `crds/*.yaml` and of manifest parsing."""
+
+from barge.api.batchjob import LLMBatchJob, LLMBatchJobSpec, LLMBatchJobStatus
+from barge.api.pool import InferencePool, InferencePoolSpec, InferencePoolStatus
+
+__all__ = [
+    "InferencePool",
+    "InferencePoolSpec",
+    "InferencePoolStatus",
+    "LLMBatchJob",
+    "LLMBatchJobSpec",
+    "LLMBatchJobStatus",
+]

@@ -1,0 +1,339 @@
+"""LLMBatchJob: bulk LLM work that nobody is waiting for, run through a provider batch API or a pool.
+
+These models are the single source of `crds/llmbatchjobs.barge.dev.yaml` and of manifest parsing in
+`barge plan` / `barge run`. Rules the API server must enforce live here as CEL next to the fields, and are
+mirrored by pydantic validators so a local run rejects what the cluster would reject.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from barge.api.common import (
+    DECIMAL,
+    Condition,
+    ConfigMapKeyRef,
+    LocalObjectRef,
+    Model,
+    SecretKeyRef,
+    cel,
+    validations,
+)
+
+ProviderType = Literal["anthropic", "openai", "azure-openai", "pool"]
+Phase = Literal["Pending", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended"]
+TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed"})
+
+#: Placeholders a customId template may use; anything else is rejected before submission.
+CUSTOM_ID_FIELDS = ("id", "promptVersion", "runDate", "tenant", "line")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+CUSTOM_ID_TEMPLATE = r"^([^{}]|\{(" + "|".join(CUSTOM_ID_FIELDS) + r")\})*$"
+
+#: Spec fields that may change after creation; everything else is fixed like a Job's pod template.
+MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget")
+IMMUTABLE_SPEC_FIELDS = (
+    "tenant",
+    "provider",
+    "input",
+    "request",
+    "customId",
+    "runDate",
+    "retry",
+    "fallback",
+    "output",
+)
+
+
+def _immutable(field: str) -> dict[str, str]:
+    return cel(
+        f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})",
+        f"spec.{field} is immutable after creation (like a Job's template); create a new LLMBatchJob",
+        field_path=f".{field}",
+    )
+
+
+class ProviderSpec(Model):
+    """Where the requests go."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "(self.type == 'pool') == (has(self.poolRef) && size(self.poolRef.name) > 0)",
+                "spec.provider.poolRef.name is required when spec.provider.type is pool, and only then",
+                field_path=".poolRef",
+            ),
+            cel(
+                "self.type == 'pool' || (has(self.model) && size(self.model) > 0)",
+                "spec.provider.model is required unless spec.provider.type is pool",
+                field_path=".model",
+            ),
+            cel(
+                "self.type == 'pool' || has(self.secretRef)",
+                "spec.provider.secretRef is required unless spec.provider.type is pool",
+                field_path=".secretRef",
+            ),
+        )
+    )
+
+    type: ProviderType = Field(description="anthropic, openai, azure-openai, or pool (an InferencePool).")
+    model: str = Field(
+        "",
+        description="Model name; for Azure OpenAI the Global-Batch deployment name; "
+        "for a pool, taken from the pool when empty.",
+        max_length=256,
+    )
+    secret_ref: SecretKeyRef | None = Field(
+        None, description="Secret in the job's namespace holding the provider API key."
+    )
+    base_url: str = Field(
+        "",
+        alias="baseURL",
+        max_length=2048,
+        description="Handed to the SDK as base_url unchanged (proxy, emulator); for Azure OpenAI the endpoint.",
+    )
+    api_version: str = Field("", max_length=64, description="Azure OpenAI api-version; empty uses Barge's default.")
+    pool_ref: LocalObjectRef | None = Field(
+        None, description="For type pool: the InferencePool in this namespace to run on."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ProviderSpec:
+        has_pool = self.pool_ref is not None and bool(self.pool_ref.name)
+        if (self.type == "pool") != has_pool:
+            raise ValueError("spec.provider.poolRef.name is required when spec.provider.type is pool, and only then")
+        if self.type != "pool" and not self.model:
+            raise ValueError("spec.provider.model is required unless spec.provider.type is pool")
+        if self.type != "pool" and self.secret_ref is None:
+            raise ValueError("spec.provider.secretRef is required unless spec.provider.type is pool")
+        return self
+
+
+class InputSpec(Model):
+    """Where the JSONL items come from: exactly one of url, configMapRef, inline."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "[has(self.url), has(self.configMapRef), has(self.inline)].filter(x, x).size() == 1",
+                "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set",
+            ),
+        )
+    )
+
+    url: str | None = Field(
+        None,
+        max_length=2048,
+        description=(
+            "JSONL location: file:// (under an allowed root), s3://, az://, gs://; a plain path in local runs."
+        ),
+    )
+    config_map_ref: ConfigMapKeyRef | None = Field(None, description="A ConfigMap key holding JSONL.")
+    inline: list[dict[str, Any]] | None = Field(
+        None, max_length=1000, description="Items written in the manifest (small jobs and tests)."
+    )
+    id_field: str = Field("id", min_length=1, max_length=128, description="Field of each item holding its id.")
+    credentials_secret_ref: LocalObjectRef | None = Field(
+        None, description="Secret with storage credentials for url (same namespace)."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputSpec:
+        if sum(x is not None for x in (self.url, self.config_map_ref, self.inline)) != 1:
+            raise ValueError("exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set")
+        return self
+
+
+class RequestSpec(Model):
+    """How one input item becomes one request."""
+
+    system: str = Field("", max_length=262144, description="System prompt, shared by every request.")
+    template: str = Field(
+        "{{ text }}",
+        min_length=1,
+        max_length=262144,
+        description="Sandboxed Jinja2 template over the item's fields: the user message.",
+    )
+    max_tokens: int = Field(1024, ge=1, le=1_000_000, description="max_tokens of every request.")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Extra provider parameters passed through (temperature, ...)."
+    )
+    prompt_version: str = Field(
+        "v1",
+        min_length=1,
+        max_length=32,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Version of the prompt; part of the default customId.",
+    )
+    cache_prefix: bool = Field(True, description="Mark the shared system block for prompt caching.")
+
+
+class RetrySpec(Model):
+    """Retries of transient outcomes (server errors, overload, rate limits, expiry)."""
+
+    max_attempts: int = Field(3, ge=1, le=20, description="Attempts per item, the first included.")
+
+
+class FallbackSpec(Model):
+    """The synchronous path used for leftovers at the deadline."""
+
+    sync: bool = Field(True, description="Finish leftovers synchronously at the deadline.")
+    concurrency: int = Field(8, ge=1, le=512, description="Requests in flight at once.")
+    requests_per_minute: int = Field(0, ge=0, description="Rate limit; 0 means unlimited.")
+    tokens_per_minute: int = Field(0, ge=0, description="Token rate limit; 0 means unlimited.")
+
+
+class BudgetSpec(Model):
+    """Spending limit for the whole job."""
+
+    max_cost_usd: str = Field(
+        alias="maxCostUSD",
+        pattern=DECIMAL,
+        max_length=32,
+        description="Refuse to submit, and stop resubmitting, past this many USD.",
+    )
+
+    @property
+    def max_cost(self) -> Decimal:
+        return Decimal(self.max_cost_usd)
+
+
+class OutputSpec(Model):
+    """Where results.jsonl and failures.jsonl are written as results arrive."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="Directory URL: file:// (under an allowed root), s3://, az://, gs://.",
+    )
+    credentials_secret_ref: LocalObjectRef | None = Field(
+        None, description="Secret with storage credentials for url (same namespace)."
+    )
+
+
+class LLMBatchJobSpec(Model):
+    """Desired state of an LLMBatchJob. Immutable after creation except suspend, deadline, successRatio, budget."""
+
+    model_config = ConfigDict(json_schema_extra=validations(*(_immutable(f) for f in IMMUTABLE_SPEC_FIELDS)))
+
+    tenant: str = Field("", max_length=128, description="Metering key for cost; defaults to the namespace.")
+    provider: ProviderSpec = Field(description="Where the requests go.")
+    input: InputSpec = Field(description="Where the items come from.")
+    request: RequestSpec = Field(default_factory=RequestSpec, description="How an item becomes a request.")
+    custom_id: str = Field(
+        "{id}-{promptVersion}-{runDate}",
+        min_length=1,
+        max_length=256,
+        pattern=CUSTOM_ID_TEMPLATE,
+        description="Template of each request's custom_id; placeholders: " + ", ".join(CUSTOM_ID_FIELDS) + ".",
+    )
+    run_date: str | None = Field(
+        None,
+        pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
+        description="Run date (YYYY-MM-DD) used in custom ids; defaults to the creation date (UTC).",
+    )
+    deadline: datetime | None = Field(
+        None,
+        description="Barge's own cut-off (RFC 3339), earlier than the "
+        "provider's 24 h; leftovers then go to the sync path.",
+    )
+    success_ratio: str = Field(
+        "0.99",
+        pattern=r"^(0(\.[0-9]+)?|1(\.0+)?)$",
+        description="Fraction of items that must end with a result (succeeded or refused); below it the job is Failed.",
+    )
+    retry: RetrySpec = Field(default_factory=RetrySpec, description="Retries of transient outcomes.")
+    fallback: FallbackSpec = Field(default_factory=FallbackSpec, description="Synchronous fallback at the deadline.")
+    budget: BudgetSpec | None = Field(None, description="Spending limit.")
+    output: OutputSpec = Field(description="Where results are copied.")
+    suspend: bool = Field(False, description="True cancels in-flight batches and holds the job.")
+
+    @model_validator(mode="after")
+    def _check_custom_id(self) -> LLMBatchJobSpec:
+        unknown = [p for p in _PLACEHOLDER.findall(self.custom_id) if p not in CUSTOM_ID_FIELDS]
+        if unknown:
+            raise ValueError(f"spec.customId uses unknown placeholder(s) {unknown}; known: {list(CUSTOM_ID_FIELDS)}")
+        return self
+
+    @property
+    def ratio(self) -> Decimal:
+        return Decimal(self.success_ratio)
+
+
+class Counts(Model):
+    """How many items are in each state."""
+
+    total: int = Field(0, ge=0, description="Items read from the input (valid or not).")
+    pending: int = Field(0, ge=0, description="Items not yet submitted.")
+    submitted: int = Field(0, ge=0, description="Items in a live batch.")
+    succeeded: int = Field(0, ge=0, description="Items with a result.")
+    refused: int = Field(0, ge=0, description="Items the model refused (a result, not a failure).")
+    invalid: int = Field(0, ge=0, description="Items that can never succeed (bad input or request).")
+    failed: int = Field(0, ge=0, description="Items that ended without a result after all attempts.")
+    retrying: int = Field(0, ge=0, description="Items waiting to be resubmitted.")
+    via_fallback: int = Field(0, ge=0, description="Items finished through the synchronous path.")
+
+
+class BatchRecord(Model):
+    """One provider batch (the status keeps the newest few; the ledger keeps them all)."""
+
+    id: str = Field(description="Provider batch id.")
+    attempt: int = Field(1, ge=1, description="Attempt number of the items in it.")
+    requests: int = Field(0, ge=0, description="Requests in the batch.")
+    state: str = Field("", description="Provider status of the batch.")
+    submitted_at: str | None = Field(None, description="When it was created (RFC 3339).")
+    ended_at: str | None = Field(None, description="When it ended (RFC 3339).")
+
+
+class Usage(Model):
+    """Tokens and money, counted once per batch."""
+
+    input_tokens: int = Field(0, ge=0, description="Input tokens billed.")
+    output_tokens: int = Field(0, ge=0, description="Output tokens billed.")
+    cache_read_tokens: int = Field(0, ge=0, description="Prompt-cache read tokens.")
+    cache_write_tokens: int = Field(0, ge=0, description="Prompt-cache write tokens.")
+    cost_usd: str = Field("0", alias="costUSD", description="Actual cost so far, in USD.")
+    estimated_cost_usd: str = Field("0", alias="estimatedCostUSD", description="Estimate made before submitting.")
+    saved_usd: str = Field("0", alias="savedUSD", description="Saved against the synchronous price.")
+
+
+class LLMBatchJobStatus(Model):
+    """Observed state, written only by the operator through the status subresource."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: Phase = Field("Pending", description="Where the job is in its life.")
+    observed_generation: int = Field(0, ge=0, description="The .metadata.generation last acted on.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Admitted, Submitted, Complete, Failed, DeadlineExceeded, BudgetExceeded.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    counts: Counts = Field(default_factory=Counts, description="Items by state.")
+    progress: str = Field("", description="succeeded/total, for the DONE column.")
+    batches: list[BatchRecord] = Field(
+        default_factory=list,
+        max_length=50,
+        description="The newest provider batches; the ledger has them all.",
+    )
+    usage: Usage = Field(default_factory=Usage, description="Tokens and cost.")
+    started_at: str | None = Field(None, description="When work started (RFC 3339).")
+    completed_at: str | None = Field(None, description="When the job became terminal (RFC 3339).")
+    results_url: str | None = Field(None, alias="resultsURL", description="Where results.jsonl is.")
+    message: str = Field("", description="A human-readable summary of the current state.")
+
+
+class LLMBatchJob(Model):
+    """A bulk LLM job: submitted in provider batches, with a ledger, a deadline, and exact cost."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["barge.dev/v1alpha1"] = Field("barge.dev/v1alpha1")
+    kind: Literal["LLMBatchJob"] = Field("LLMBatchJob")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: LLMBatchJobSpec
+    status: LLMBatchJobStatus | None = None

@@ -1,0 +1,78 @@
+"""Shapes shared by every Barge resource: the base model, references, Kubernetes-style conditions.
+
+Why a shared base: the CRDs are generated from these models, so every model must speak camelCase on
+the wire, reject unknown fields when a manifest is parsed locally, and carry a description per field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
+
+
+def cel(rule: str, message: str, *, field_path: str | None = None) -> dict[str, str]:
+    """One `x-kubernetes-validations` entry (a CEL rule the API server enforces)."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def validations(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+class Model(BaseModel):
+    """Base of all API models: camelCase aliases, unknown fields rejected, immutable values."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class SecretKeyRef(Model):
+    """A key of a Secret in the same namespace as the object that names it."""
+
+    name: str = Field(description="Name of the Secret, in the same namespace.", min_length=1, max_length=253)
+    key: str = Field("api-key", description="Key inside the Secret holding the value.", min_length=1, max_length=253)
+
+
+class LocalObjectRef(Model):
+    """A reference to another object in the same namespace."""
+
+    name: str = Field(description="Name of the object, in the same namespace.", max_length=253)
+
+
+class ConfigMapKeyRef(Model):
+    """A key of a ConfigMap in the same namespace."""
+
+    name: str = Field(description="Name of the ConfigMap, in the same namespace.", min_length=1, max_length=253)
+    key: str = Field(description="Key inside the ConfigMap holding JSONL input.", min_length=1, max_length=253)
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(Model):
+    """A condition in the shape every Kubernetes controller uses (metav1.Condition)."""
+
+    type: str = Field(description="Type of the condition, e.g. Admitted or Complete.", max_length=316)
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        "", description="One CamelCase word saying why the condition is in this state.", max_length=1024
+    )
+    message: str = Field("", description="A human-readable explanation.", max_length=32768)
+    last_transition_time: str | None = Field(None, description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        None, description="The .metadata.generation this condition was computed from.", ge=0
+    )

@@ -1,0 +1,211 @@
+"""Generate CustomResourceDefinitions from the typed models (the one source of truth for the API).
+
+Why a converter: pydantic emits JSON Schema 2020-12 ($ref, anyOf-with-null, titles), while the API server
+wants a structural OpenAPI v3 schema (every node typed, refs inlined, free-form maps marked with
+x-kubernetes-preserve-unknown-fields). Pure: builds dicts, writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from barge.api.batchjob import LLMBatchJobSpec, LLMBatchJobStatus
+from barge.api.pool import InferencePoolSpec, InferencePoolStatus
+
+GROUP = "barge.dev"
+VERSION = "v1alpha1"
+CATEGORY = "barge"
+
+_KEEP = {
+    "type",
+    "description",
+    "properties",
+    "required",
+    "items",
+    "enum",
+    "default",
+    "format",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "additionalProperties",
+    "nullable",
+}
+
+
+def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Turn one pydantic JSON-schema node into a structural OpenAPI v3 node."""
+    defs = defs if defs is not None else schema.get("$defs", {})
+    node = dict(schema)
+    if "$ref" in node:
+        target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
+        node = {**target, **{k: v for k, v in node.items() if k in ("description", "default")}}
+    if "anyOf" in node:  # Optional[X] -> X (absent, never null, on the wire)
+        variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
+        if len(variants) != 1:
+            raise ValueError(f"unsupported union in schema: {variants}")
+        inner = structural(variants[0], defs)
+        node = {**inner, **{k: v for k, v in node.items() if k in ("description", "default")}}
+    if node.get("default", 0) is None:
+        node.pop("default")
+    out: dict[str, Any] = {k: v for k, v in node.items() if k in _KEEP or k.startswith("x-kubernetes-")}
+    if "const" in node:
+        out["enum"] = [node["const"]]
+        out.setdefault("type", "string")
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    if out.get("type") == "number" and "format" not in out:
+        out["format"] = "double"
+    if "properties" in out:
+        out["properties"] = {name: structural(sub, defs) for name, sub in out["properties"].items()}
+        out.pop("additionalProperties", None)
+        out["type"] = "object"
+    elif out.get("type") == "object" or "type" not in out:
+        extra = out.pop("additionalProperties", True)
+        if extra is True or extra == {}:
+            out["type"] = "object"
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        else:
+            out["type"] = "object"
+            out["additionalProperties"] = structural(extra, defs)
+    if "items" in out:
+        out["items"] = structural(out["items"], defs)
+    order = ["type", "description"]
+    return {k: out[k] for k in [*order, *sorted(k for k in out if k not in order)] if k in out}
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return structural(model.model_json_schema(by_alias=True, mode="validation"))
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    short: list[str],
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    columns: list[dict[str, Any]],
+    description: str,
+) -> dict[str, Any]:
+    spec_schema = model_schema(spec)
+    status_schema = model_schema(status)
+    status_schema.pop("required", None)  # the operator writes status piece by piece
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "barge"}},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short,
+                "categories": [CATEGORY],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": description,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "APIVersion of this object."},
+                                "kind": {"type": "string", "description": "Kind of this object."},
+                                "metadata": {"type": "object", "description": "Standard object metadata."},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _col(name: str, path: str, type_: str = "string", priority: int = 0, description: str = "") -> dict[str, Any]:
+    col: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
+    if priority:
+        col["priority"] = priority
+    if description:
+        col["description"] = description
+    return col
+
+
+def llmbatchjob_crd() -> dict[str, Any]:
+    return _crd(
+        "LLMBatchJob",
+        "llmbatchjobs",
+        ["lbj"],
+        LLMBatchJobSpec,
+        LLMBatchJobStatus,
+        [
+            _col("Phase", ".status.phase"),
+            _col("Done", ".status.progress", description="succeeded/total"),
+            _col("Failed", ".status.counts.failed", "integer"),
+            _col("Cost", ".status.usage.costUSD", description="USD spent"),
+            _col("Deadline", ".spec.deadline", "date"),
+            _col("Age", ".metadata.creationTimestamp", "date"),
+            _col("Provider", ".spec.provider.type", priority=1),
+            _col("Model", ".spec.provider.model", priority=1),
+            _col("Tenant", ".spec.tenant", priority=1),
+            _col("Refused", ".status.counts.refused", "integer", priority=1),
+            _col("Invalid", ".status.counts.invalid", "integer", priority=1),
+            _col("Saved", ".status.usage.savedUSD", priority=1, description="USD saved against the sync price"),
+        ],
+        "LLMBatchJob runs bulk LLM work nobody is waiting for through a provider batch API or an InferencePool, "
+        "with a ledger, a deadline with synchronous fallback, and exact per-tenant cost.",
+    )
+
+
+def inferencepool_crd() -> dict[str, Any]:
+    return _crd(
+        "InferencePool",
+        "inferencepools",
+        ["bpool"],
+        InferencePoolSpec,
+        InferencePoolStatus,
+        [
+            _col("Model", ".spec.model"),
+            _col("Ready", ".status.readyReplicas", "integer"),
+            _col("Endpoint", ".status.endpoint"),
+            _col("Age", ".metadata.creationTimestamp", "date"),
+        ],
+        "InferencePool is capacity for one model: self-hosted vLLM on GPUs or an external provider deployment "
+        "with a quota; batch jobs and queue workers draw from it.",
+    )
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """File name -> CRD manifest."""
+    return {f"{c['metadata']['name']}.yaml": c for c in (llmbatchjob_crd(), inferencepool_crd())}
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render(crd: dict[str, Any]) -> str:
+    """The exact text of a generated CRD file."""
+    return "# Generated by `barge crds` from barge.api; do not edit.\n" + yaml.dump(
+        crd, Dumper=_NoAliases, sort_keys=False, width=110
+    )

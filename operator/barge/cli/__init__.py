@@ -1,0 +1,1 @@
+"""The `barge` command line (typer): the top layer, free to import every other layer."""

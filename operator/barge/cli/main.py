@@ -1,0 +1,48 @@
+"""Entry point of the `barge` console script.
+
+Each sub-command is a thin shell over a lower layer; this module only parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from barge import __version__
+from barge.api.crd import all_crds, render
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Barge: LLM work nobody is waiting for, off the request path.",
+)
+
+
+@app.command()
+def version() -> None:
+    """Print Barge's version."""
+    typer.echo(__version__)
+
+
+@app.command()
+def crds(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the CRDs to.")] = Path("crds"),
+    check: Annotated[bool, typer.Option("--check", help="Fail if the files on disk differ; write nothing.")] = False,
+) -> None:
+    """Generate crds/*.yaml from the typed models in barge.api."""
+    stale = []
+    for name, crd in all_crds().items():
+        text = render(crd)
+        path = out / name
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        typer.echo(f"wrote {path}")
+    if stale:
+        typer.echo(f"stale CRDs (run `make crds`): {', '.join(stale)}", err=True)
+        raise typer.Exit(1)

@@ -1,0 +1,14 @@
+// Command kubectl is the upstream kubectl, built from k8s.io/kubectl at the same
+// release as the API server it talks to.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubectl/pkg/cmd"
+)
+
+func main() {
+	os.Exit(cli.RunNoErrOutput(cmd.NewDefaultKubectlCommand()))
+}
