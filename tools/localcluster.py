@@ -178,6 +178,7 @@ def _write_kubeconfig(path: Path, server: str, token: str, ca: Path) -> None:
 def up(directory: Path = DEFAULT_DIR) -> Cluster:
     """Start etcd + kube-apiserver (or reuse the ones already running from this directory)."""
     bins = build()
+    directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     state = _state(directory)
     if state is not None:
@@ -250,6 +251,7 @@ def up(directory: Path = DEFAULT_DIR) -> Cluster:
             f"--service-account-signing-key-file={sa_key}",
             "--api-audiences=https://kubernetes.default.svc.cluster.local",
             "--enable-priority-and-fairness=false",
+            "--endpoint-reconciler-type=none",
             "--v=0",
         ],
         stdout=api_log,
@@ -274,9 +276,10 @@ def up(directory: Path = DEFAULT_DIR) -> Cluster:
     _write_kubeconfig(kubeconfig, server, token, pki / "apiserver.crt")
     cluster = Cluster(directory, server, kubeconfig, bins["kubectl"])
     # The bootstrap controller creates `default` itself, but not instantly.
-    while cluster.run_kubectl("get", "namespace", "default", check=False).returncode != 0:
+    while (probe := cluster.run_kubectl("get", "namespace", "default", check=False)).returncode != 0:
         if time.monotonic() > deadline:
-            raise RuntimeError("namespace default never appeared")
+            down(directory)
+            raise RuntimeError(f"namespace default never appeared: {probe.stderr.strip()}")
         time.sleep(0.25)
     print(
         f"control plane up at {server} in {time.monotonic() - started:.1f}s "

@@ -54,7 +54,11 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
         if len(variants) != 1:
             raise ValueError(f"unsupported union in schema: {variants}")
         inner = structural(variants[0], defs)
-        node = {**inner, **{k: v for k, v in node.items() if k in ("description", "default")}}
+        if "description" in node:
+            inner["description"] = node["description"]
+        if node.get("default") is not None:
+            inner["default"] = node["default"]
+        return _ordered(inner)
     if node.get("default", 0) is None:
         node.pop("default")
     out: dict[str, Any] = {k: v for k, v in node.items() if k in _KEEP or k.startswith("x-kubernetes-")}
@@ -63,10 +67,24 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
         out.setdefault("type", "string")
     if "enum" in out and "type" not in out:
         out["type"] = "string"
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(bound), int | float) and not isinstance(out[bound], bool):  # 2020-12 -> OpenAPI v3.0
+            out[plain] = out[bound]
+            out[bound] = True
     if out.get("type") == "number" and "format" not in out:
         out["format"] = "double"
     if "properties" in out:
         out["properties"] = {name: structural(sub, defs) for name, sub in out["properties"].items()}
+        # A field with a default_factory (no "default" in pydantic's schema, not required) defaults to an
+        # empty object or list, so the server fills in the nested defaults too. Optional fields carry
+        # "default": null instead and stay absent.
+        for name, sub in node["properties"].items():
+            prop = out["properties"][name]
+            if name not in out.get("required", []) and "default" not in sub and "default" not in prop:
+                if prop.get("type") == "object":
+                    prop["default"] = {}
+                elif prop.get("type") == "array":
+                    prop["default"] = []
         out.pop("additionalProperties", None)
         out["type"] = "object"
     elif out.get("type") == "object" or "type" not in out:
@@ -79,8 +97,12 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
             out["additionalProperties"] = structural(extra, defs)
     if "items" in out:
         out["items"] = structural(out["items"], defs)
+    return _ordered(out)
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     order = ["type", "description"]
-    return {k: out[k] for k in [*order, *sorted(k for k in out if k not in order)] if k in out}
+    return {k: node[k] for k in [*order, *sorted(k for k in node if k not in order)] if k in node}
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -129,7 +151,7 @@ def _crd(
                             "properties": {
                                 "apiVersion": {"type": "string", "description": "APIVersion of this object."},
                                 "kind": {"type": "string", "description": "Kind of this object."},
-                                "metadata": {"type": "object", "description": "Standard object metadata."},
+                                "metadata": {"type": "object"},  # the API server allows nothing more here
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
@@ -162,7 +184,7 @@ def llmbatchjob_crd() -> dict[str, Any]:
             _col("Done", ".status.progress", description="succeeded/total"),
             _col("Failed", ".status.counts.failed", "integer"),
             _col("Cost", ".status.usage.costUSD", description="USD spent"),
-            _col("Deadline", ".spec.deadline", "date"),
+            _col("Deadline", ".spec.deadline"),
             _col("Age", ".metadata.creationTimestamp", "date"),
             _col("Provider", ".spec.provider.type", priority=1),
             _col("Model", ".spec.provider.model", priority=1),

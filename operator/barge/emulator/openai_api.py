@@ -1,0 +1,499 @@
+"""OpenAI Batch (files + batches + chat completions) and Azure OpenAI Global Batch, as the `openai` SDK sees them.
+
+OpenAI lives under /v1, Azure under /openai (the AzureOpenAI client adds ?api-version and, for chat
+completions, /deployments/{name}). File validation problems fail the batch with errors.data, as the real
+services do; per-request problems end up as lines in the error file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+
+from barge.emulator.core import (
+    BATCH_EXPIRY_SECONDS,
+    Answer,
+    Batch,
+    Item,
+    ProviderName,
+    Store,
+    answer,
+    item_from_messages,
+    status_word,
+    valid_custom_id,
+)
+
+MAX_FILE_BYTES = 200 * 1024 * 1024
+MAX_LINES = {"openai": 50_000, "azure": 100_000}
+CHAT_URLS = ("/v1/chat/completions", "/chat/completions")
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def billing_error() -> web.Response:
+    return error(
+        429,
+        "You exceeded your current quota, please check your plan and billing details.",
+        type_="insufficient_quota",
+        code="insufficient_quota",
+    )
+
+
+def _provider(request: web.Request) -> ProviderName:
+    return "azure" if request.path.startswith("/openai/") else "openai"
+
+
+def _store(request: web.Request) -> Store:
+    store: Store = request.app["store"]
+    return store
+
+
+def _ts(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def completion_json(item: Item, ans: Answer, completion_id: str, created: float) -> dict[str, Any]:
+    refused = ans.outcome == "refusal"
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(created),
+        "model": item.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None if refused else ans.text, "refusal": None},
+                "finish_reason": "content_filter" if refused else "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": ans.input_tokens + ans.cache_read_tokens + ans.cache_write_tokens,
+            "completion_tokens": ans.output_tokens,
+            "total_tokens": ans.input_tokens + ans.cache_read_tokens + ans.cache_write_tokens + ans.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": ans.cache_read_tokens},
+        },
+    }
+
+
+def _file_id(batch: Batch, kind: str) -> str:
+    return f"file-{batch.id.removeprefix('batch_')}-{kind}"
+
+
+def _is_output(ans: Answer) -> bool:
+    return ans.outcome in ("succeeded", "refusal")
+
+
+def batch_json(store: Store, batch: Batch, now: float) -> dict[str, Any]:
+    status = status_word(batch, now)
+    ended = batch.ended(now)
+    answers = batch.answers() if ended and not batch.validation_errors else []
+    n_ok = sum(_is_output(a) for _, a in answers)
+    n_err = len(answers) - n_ok
+    has_files = ended and not batch.validation_errors
+    output_file = _file_id(batch, "output") if has_files and n_ok else None
+    # Azure points error_file_id at an (empty) file even when nothing failed, or leaves it "".
+    error_file = _file_id(batch, "error") if has_files and (n_err or batch.provider == "azure") else None
+    if error_file is None and batch.provider == "azure":
+        error_file = ""
+    for kind, file_id in (("output", output_file), ("error", error_file)):
+        if file_id:
+            store.files.setdefault(file_id, {"kind": kind, "batch": batch.id, "created_at": batch.end_at})
+    if ended:
+        counts: dict[str, int | None] = {"total": len(batch.items), "completed": n_ok, "failed": n_err}
+    elif batch.provider == "azure" and status == "validating":
+        counts = {"total": None, "completed": None, "failed": None}  # Azure may answer nulls
+    else:
+        done = sum(batch.created_at + off * batch.processing_seconds <= now for off in batch.finish_offsets)
+        counts = {"total": len(batch.items), "completed": done, "failed": 0}
+    in_progress_at = batch.created_at + batch.processing_seconds * 0.1
+    finalizing_at = batch.created_at + batch.processing_seconds * 0.9
+    return {
+        "id": batch.id,
+        "object": "batch",
+        "endpoint": batch.endpoint,
+        "model": batch.items[0].model if batch.items else None,
+        "errors": {"object": "list", "data": batch.validation_errors} if batch.validation_errors else None,
+        "input_file_id": batch.input_file_id,
+        "completion_window": batch.completion_window,
+        "status": status,
+        "output_file_id": output_file,
+        "error_file_id": error_file,
+        "created_at": _ts(batch.created_at),
+        "in_progress_at": _ts(in_progress_at) if now >= in_progress_at and not batch.validation_errors else None,
+        "expires_at": _ts(batch.created_at + BATCH_EXPIRY_SECONDS),
+        "finalizing_at": _ts(finalizing_at) if now >= finalizing_at and batch.cancel_at is None else None,
+        "completed_at": _ts(batch.end_at) if status == "completed" else None,
+        "failed_at": _ts(batch.end_at) if status == "failed" else None,
+        "expired_at": _ts(batch.end_at) if status == "expired" else None,
+        "cancelling_at": _ts(batch.cancel_at),
+        "cancelled_at": _ts(batch.end_at) if status == "cancelled" else None,
+        "request_counts": counts,
+        "metadata": batch.metadata,
+    }
+
+
+def output_line(batch: Batch, item: Item, ans: Answer, index: int) -> dict[str, Any]:
+    request_id = f"req_{batch.id}_{index}"
+    line: dict[str, Any] = {"id": f"batch_req_{batch.id}_{index}", "custom_id": item.custom_id}
+    if _is_output(ans):
+        body = completion_json(item, ans, f"chatcmpl-{batch.id}-{index}", batch.end_at)
+        line |= {"response": {"status_code": 200, "request_id": request_id, "body": body}, "error": None}
+    elif ans.outcome == "invalid_request":
+        body = {"error": {"message": ans.message, "type": "invalid_request_error", "param": None, "code": None}}
+        line |= {"response": {"status_code": 400, "request_id": request_id, "body": body}, "error": None}
+    elif ans.outcome == "server_error":
+        body = {"error": {"message": ans.message, "type": "server_error", "param": None, "code": None}}
+        line |= {"response": {"status_code": 500, "request_id": request_id, "body": body}, "error": None}
+    elif ans.outcome == "expired":
+        line |= {
+            "response": None,
+            "error": {
+                "code": "batch_expired",
+                "message": "This request could not be executed before the completion window expired.",
+            },
+        }
+    else:
+        line |= {
+            "response": None,
+            "error": {
+                "code": "batch_cancelled",
+                "message": "This request was not executed because the batch was cancelled.",
+            },
+        }
+    return line
+
+
+def file_json(file_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": file_id,
+        "object": "file",
+        "bytes": meta.get("bytes", 0),
+        "created_at": int(meta["created_at"]),
+        "filename": meta.get("filename", f"{file_id}.jsonl"),
+        "purpose": meta.get("purpose", "batch_output"),
+        "status": "processed",
+        "expires_at": None,
+        "status_details": None,
+    }
+
+
+async def upload_file(request: web.Request) -> web.Response:
+    store = _store(request)
+    if not request.content_type.startswith("multipart/"):
+        return error(400, "Expected multipart/form-data with fields file and purpose")
+    fields: dict[str, Any] = {}
+    reader = await request.multipart()
+    async for part in reader:
+        if not isinstance(part, BodyPartReader):
+            continue
+        if part.name == "file":
+            data = bytearray()
+            while chunk := await part.read_chunk(1 << 20):
+                data += chunk
+                if len(data) > MAX_FILE_BYTES:
+                    return error(400, f"File exceeds the maximum size of {MAX_FILE_BYTES} bytes", param="file")
+            fields["file"] = bytes(data)
+            fields["filename"] = part.filename or "upload.jsonl"
+        elif part.name:
+            fields[part.name] = (await part.read()).decode()
+    if "file" not in fields:
+        return error(400, "file: field required", param="file")
+    if fields.get("purpose") != "batch":
+        return error(400, "purpose: the emulator accepts purpose=batch only", param="purpose")
+    file_id = f"file-{len(store.files) + 1:06d}in"
+    store.files[file_id] = {
+        "kind": "input",
+        "data": fields["file"],
+        "bytes": len(fields["file"]),
+        "filename": fields["filename"],
+        "purpose": "batch",
+        "created_at": store.clock(),
+    }
+    return web.json_response(file_json(file_id, store.files[file_id]))
+
+
+async def get_file(request: web.Request) -> web.Response:
+    store = _store(request)
+    file_id = request.match_info["file_id"]
+    if file_id not in store.files:
+        return error(404, f"No such File object: {file_id}", param="id")
+    return web.json_response(file_json(file_id, store.files[file_id]))
+
+
+async def delete_file(request: web.Request) -> web.Response:
+    store = _store(request)
+    file_id = request.match_info["file_id"]
+    if store.files.pop(file_id, None) is None:
+        return error(404, f"No such File object: {file_id}", param="id")
+    return web.json_response({"id": file_id, "object": "file", "deleted": True})
+
+
+async def file_content(request: web.Request) -> web.StreamResponse:
+    store = _store(request)
+    file_id = request.match_info["file_id"]
+    meta = store.files.get(file_id)
+    if meta is None:
+        return error(404, f"No such File object: {file_id}", param="id")
+    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+    await response.prepare(request)
+    if meta["kind"] == "input":
+        await response.write(meta["data"])
+    else:
+        batch = store.batches[meta["batch"]]
+        want_output = meta["kind"] == "output"
+        chunk: list[str] = []
+        for index, (item, ans) in enumerate(batch.answers()):
+            if _is_output(ans) == want_output:
+                chunk.append(json.dumps(output_line(batch, item, ans, index), separators=(",", ":")))
+            if len(chunk) >= 2000:
+                await response.write(("\n".join(chunk) + "\n").encode())
+                chunk = []
+        if chunk:
+            await response.write(("\n".join(chunk) + "\n").encode())
+    await response.write_eof()
+    return response
+
+
+def _validate_lines(data: bytes, provider: ProviderName) -> tuple[list[Item], list[dict[str, Any]]]:
+    """Parse an input file; returns the items and the batch-level validation errors (empty when valid)."""
+    items: list[Item] = []
+    errors: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    models: set[str] = set()
+
+    def fail(code: str, line: int | None, message: str, param: str | None = None) -> None:
+        if len(errors) < 100:
+            errors.append({"code": code, "line": line, "message": message, "param": param})
+
+    for n, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            fail("invalid_json_line", n, "This line is not parseable as valid JSON.")
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("body"), dict):
+            fail("invalid_request", n, "Each line needs custom_id, method, url and body.", "body")
+            continue
+        custom_id = obj.get("custom_id")
+        if not valid_custom_id(custom_id):
+            fail("invalid_custom_id", n, "custom_id must match ^[a-zA-Z0-9_-]{1,64}$", "custom_id")
+            continue
+        if custom_id in seen:
+            fail("duplicate_custom_id", n, f"The custom_id {custom_id!r} is used more than once.", "custom_id")
+            continue
+        seen.add(custom_id)
+        if obj.get("method") != "POST" or obj.get("url") not in CHAT_URLS:
+            fail("url_mismatch", n, "Every line must POST to the batch's endpoint (/v1/chat/completions).", "url")
+            continue
+        if obj["body"].get("stream"):
+            fail("invalid_request", n, "stream is not supported in batches.", "body.stream")
+            continue
+        item = item_from_messages(custom_id, obj["body"], line=n)
+        models.add(item.model)
+        items.append(item)
+    if len(models) > 1:
+        fail(
+            "model_mismatch",
+            None,
+            f"All lines must use the same model (deployment); found {sorted(models)}.",
+            "body.model",
+        )
+    if not items and not errors:
+        fail("empty_file", None, "The input file has no requests.")
+    if len(items) > MAX_LINES[provider]:
+        fail("too_many_tasks", None, f"A batch may contain at most {MAX_LINES[provider]} requests.")
+    return items, errors
+
+
+async def create_batch(request: web.Request) -> web.Response:
+    store = _store(request)
+    provider = _provider(request)
+    if store.profile.billing_error:
+        return billing_error()
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return error(400, "We could not parse the JSON body of your request.")
+    if not isinstance(body, dict):
+        return error(400, "The body must be a JSON object.")
+    file_id = body.get("input_file_id")
+    meta = store.files.get(file_id) if isinstance(file_id, str) else None
+    if meta is None or meta["kind"] != "input":
+        return error(400, f"Invalid input_file_id: {file_id!r}", param="input_file_id")
+    endpoint = body.get("endpoint")
+    if endpoint not in CHAT_URLS:
+        return error(
+            400, f"Unsupported endpoint {endpoint!r}; the emulator serves /v1/chat/completions", param="endpoint"
+        )
+    if body.get("completion_window") != "24h":
+        return error(400, "completion_window must be 24h", param="completion_window")
+    metadata = body.get("metadata")
+    if metadata is not None and (
+        not isinstance(metadata, dict)
+        or len(metadata) > 16
+        or any(len(str(k)) > 64 or not isinstance(v, str) or len(v) > 512 for k, v in metadata.items())
+    ):
+        return error(
+            400, "metadata: at most 16 pairs, keys up to 64 and string values up to 512 characters", param="metadata"
+        )
+    items, errors = _validate_lines(meta["data"], provider)
+    limit = store.profile.batch.azure_enqueued_token_limit
+    if provider == "azure" and limit and not errors:
+        now = store.clock()
+        deployment = items[0].model
+        enqueued = sum(
+            i.input_tokens
+            for b in store.batches.values()
+            if b.provider == "azure" and not b.ended(now) and b.items and b.items[0].model == deployment
+            for i in b.items
+        )
+        if enqueued + sum(i.input_tokens for i in items) > limit:
+            errors = [
+                {
+                    "code": "token_limit_exceeded",
+                    "line": None,
+                    "param": None,
+                    "message": f"Enqueued token limit reached for {deployment}: {enqueued} enqueued, limit "
+                    f"{limit}. Wait for running jobs to finish and retry.",
+                }
+            ]
+    batch = store.new_batch(
+        provider,
+        items,
+        input_file_id=file_id,
+        endpoint=endpoint,
+        metadata=metadata,
+        validation_errors=errors,
+        output_expires_after=body.get("output_expires_after"),
+    )
+    if store.creates <= store.profile.batch.create_failures_after_accept:
+        return error(500, "The server had an error while processing your request.", type_="server_error")
+    return web.json_response(batch_json(store, batch, store.clock()))
+
+
+def _find(request: web.Request) -> Batch | None:
+    batch = _store(request).batches.get(request.match_info["batch_id"])
+    if batch is None or batch.provider != _provider(request):
+        return None
+    return batch
+
+
+async def retrieve_batch(request: web.Request) -> web.Response:
+    store = _store(request)
+    batch = _find(request)
+    if batch is None:
+        return error(404, f"No batch found with id '{request.match_info['batch_id']}'.")
+    return web.json_response(batch_json(store, batch, store.clock()))
+
+
+async def cancel_batch(request: web.Request) -> web.Response:
+    store = _store(request)
+    batch = _find(request)
+    if batch is None:
+        return error(404, f"No batch found with id '{request.match_info['batch_id']}'.")
+    now = store.clock()
+    if batch.ended(now):
+        return error(400, f"Cannot cancel a batch with status '{status_word(batch, now)}'.")
+    if batch.cancel_at is None:
+        batch.cancel_at = now
+    return web.json_response(batch_json(store, batch, now))
+
+
+async def list_batches(request: web.Request) -> web.Response:
+    store = _store(request)
+    try:
+        limit = int(request.query.get("limit", "20"))
+    except ValueError:
+        return error(400, "limit must be an integer", param="limit")
+    if not 1 <= limit <= 100:
+        return error(400, "limit must be between 1 and 100", param="limit")
+    batches = store.listing(_provider(request))
+    ids = [b.id for b in batches]
+    after = request.query.get("after")
+    start = ids.index(after) + 1 if after in ids else 0
+    page = batches[start : start + limit]
+    now = store.clock()
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [batch_json(store, b, now) for b in page],
+            "first_id": page[0].id if page else None,
+            "last_id": page[-1].id if page else None,
+            "has_more": start + limit < len(batches),
+        }
+    )
+
+
+async def chat_completion(request: web.Request) -> web.Response:
+    store = _store(request)
+    if store.profile.billing_error:
+        return billing_error()
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return error(400, "We could not parse the JSON body of your request.")
+    if not isinstance(body, dict):
+        return error(400, "The body must be a JSON object.")
+    if "deployment" in request.match_info:
+        body.setdefault("model", request.match_info["deployment"])
+    if body.get("stream"):
+        return error(400, "stream: the emulator does not stream", param="stream")
+    item = item_from_messages("sync", body)
+    if item.invalid:
+        return error(400, item.invalid)
+    wait = request.app["sync_window"].admit(item.input_tokens + item.max_tokens)
+    if wait:
+        store.rate_limited += 1
+        return error(
+            429,
+            "Rate limit reached for requests",
+            type_="requests",
+            code="rate_limit_exceeded",
+            headers={"retry-after": str(max(1, round(wait)))},
+        )
+    await asyncio.sleep(store.profile.sync.latency_ms / 1000)
+    outcome = store.sync_outcome()
+    if outcome == "server_error":
+        return error(500, "The server had an error while processing your request.", type_="server_error")
+    ans = answer(item, outcome, cache_hit=False)
+    if ans.outcome == "invalid_request":
+        return error(400, ans.message)
+    return web.json_response(completion_json(item, ans, f"chatcmpl-sync-{store.sync_requests}", store.clock()))
+
+
+def routes() -> list[web.RouteDef]:
+    out = []
+    for prefix in ("/v1", "/openai"):
+        out += [
+            web.post(f"{prefix}/files", upload_file),
+            web.get(f"{prefix}/files/{{file_id}}", get_file),
+            web.delete(f"{prefix}/files/{{file_id}}", delete_file),
+            web.get(f"{prefix}/files/{{file_id}}/content", file_content),
+            web.post(f"{prefix}/batches", create_batch),
+            web.get(f"{prefix}/batches", list_batches),
+            web.get(f"{prefix}/batches/{{batch_id}}", retrieve_batch),
+            web.post(f"{prefix}/batches/{{batch_id}}/cancel", cancel_batch),
+        ]
+    out += [
+        web.post("/v1/chat/completions", chat_completion),
+        web.post("/openai/chat/completions", chat_completion),
+        web.post("/openai/deployments/{deployment}/chat/completions", chat_completion),
+    ]
+    return out

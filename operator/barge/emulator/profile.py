@@ -1,0 +1,94 @@
+"""Pacing and fault profile of the emulator, loaded from YAML (`barge emulator --profile FILE`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BATCH_OUTCOMES = ("server_error", "invalid_request", "expired", "refusal")
+SYNC_OUTCOMES = ("server_error", "invalid_request", "refusal")
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Per-minute limits of the synchronous endpoints; 0 means unlimited."""
+
+    tokens_per_minute: int = 0
+    requests_per_minute: int = 0
+
+
+@dataclass(frozen=True)
+class BatchProfile:
+    processing_seconds: float = 2.0
+    """Seconds from create to ended (OpenAI: validating, in_progress, finalizing inside that span)."""
+    outcomes: dict[str, float] = field(default_factory=dict)
+    """Probability of each non-success outcome per request; the rest succeed."""
+    create_failures_after_accept: int = 0
+    """The first N creates store the batch, then answer 500: the duplicate-create trap."""
+    cancel_seconds: float = 0.5
+    """How long canceling/cancelling lasts before the batch ends with partial results."""
+    azure_enqueued_token_limit: int = 0
+    """Azure: enqueued prompt tokens allowed per deployment across live batches; 0 = unlimited."""
+
+
+@dataclass(frozen=True)
+class SyncProfile:
+    latency_ms: float = 50.0
+    """Latency of every synchronous call."""
+    outcomes: dict[str, float] = field(default_factory=dict)
+    """Probability of each non-success outcome per call."""
+    quota: Quota = field(default_factory=Quota)
+    """Beyond it: 429 with Retry-After."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    seed: int = 42
+    """Seeds every random choice, so a run is reproducible."""
+    batch: BatchProfile = field(default_factory=BatchProfile)
+    sync: SyncProfile = field(default_factory=SyncProfile)
+    billing_error: bool = False
+    """Every create and sync call fails with the provider's billing/credit error."""
+
+
+def _outcomes(raw: Any, allowed: tuple[str, ...], where: str) -> dict[str, float]:
+    out = {str(k): float(v) for k, v in (raw or {}).items()}
+    unknown = sorted(set(out) - set(allowed))
+    if unknown:
+        raise ValueError(f"{where}.outcomes: unknown outcome(s) {unknown}; known: {list(allowed)}")
+    if any(p < 0 for p in out.values()) or sum(out.values()) > 1:
+        raise ValueError(f"{where}.outcomes: probabilities must be >= 0 and sum to at most 1")
+    return out
+
+
+def parse_profile(data: dict[str, Any] | None) -> Profile:
+    """Build a Profile from the YAML shape documented in the README (camelCase keys)."""
+    data = data or {}
+    batch = data.get("batch") or {}
+    sync = data.get("sync") or {}
+    quota = sync.get("quota") or {}
+    return Profile(
+        seed=int(data.get("seed", 42)),
+        batch=BatchProfile(
+            processing_seconds=float(batch.get("processingSeconds", 2.0)),
+            outcomes=_outcomes(batch.get("outcomes"), BATCH_OUTCOMES, "batch"),
+            create_failures_after_accept=int(batch.get("createFailuresAfterAccept", 0)),
+            cancel_seconds=float(batch.get("cancelSeconds", 0.5)),
+            azure_enqueued_token_limit=int(batch.get("azureEnqueuedTokenLimit", 0)),
+        ),
+        sync=SyncProfile(
+            latency_ms=float(sync.get("latencyMs", 50.0)),
+            outcomes=_outcomes(sync.get("outcomes"), SYNC_OUTCOMES, "sync"),
+            quota=Quota(int(quota.get("tokensPerMinute", 0)), int(quota.get("requestsPerMinute", 0))),
+        ),
+        billing_error=bool(data.get("billingError", False)),
+    )
+
+
+def load_profile(path: Path | None) -> Profile:
+    if path is None:
+        return Profile()
+    return parse_profile(yaml.safe_load(path.read_text()))
