@@ -5,6 +5,8 @@ Each sub-command is a thin shell over a lower layer; this module only parses arg
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +14,8 @@ import typer
 
 from barge import __version__
 from barge.api.crd import all_crds, render
+from barge.emulator.profile import load_profile
+from barge.emulator.server import serve
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -46,3 +50,24 @@ def crds(
     if stale:
         typer.echo(f"stale CRDs (run `make crds`): {', '.join(stale)}", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def emulator(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")] = 8099,
+    profile: Annotated[Path | None, typer.Option(help="YAML pacing and fault profile.")] = None,
+    state: Annotated[Path | None, typer.Option(help="Keep batches and files in this file across restarts.")] = None,
+) -> None:
+    """Run the local provider emulator (Anthropic, OpenAI and Azure OpenAI batch + sync APIs).
+
+    Base URLs: Anthropic SDK http://HOST:PORT, OpenAI SDK http://HOST:PORT/v1, AzureOpenAI azure_endpoint
+    http://HOST:PORT. Any API key works except the literal `invalid`.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        parsed = load_profile(profile)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"bad profile {profile}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    asyncio.run(serve(host, port, parsed, state))

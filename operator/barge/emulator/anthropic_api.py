@@ -11,6 +11,8 @@ from aiohttp import web
 
 from barge.emulator.core import (
     BATCH_EXPIRY_SECONDS,
+    STORE,
+    SYNC_WINDOW,
     Answer,
     Batch,
     Item,
@@ -97,8 +99,7 @@ def _base(request: web.Request) -> str:
 
 
 def _store(request: web.Request) -> Store:
-    store: Store = request.app["store"]
-    return store
+    return request.app[STORE]
 
 
 async def create_batch(request: web.Request) -> web.Response:
@@ -247,7 +248,7 @@ async def create_message(request: web.Request) -> web.Response:
     item = item_from_messages("sync", body)
     if item.invalid:
         return error(400, item.invalid)
-    wait = request.app["sync_window"].admit(item.input_tokens + item.max_tokens)
+    wait = request.app[SYNC_WINDOW].admit(item.input_tokens + item.max_tokens)
     if wait:
         store.rate_limited += 1
         return error(

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeGuard
 
+from aiohttp import web
+
 from barge.emulator.profile import Profile
 
 ProviderName = Literal["anthropic", "openai", "azure"]
@@ -216,6 +218,11 @@ class Store:
     def __init__(self, profile: Profile, clock: Any = time.time) -> None:
         self.profile = profile
         self.clock = clock
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (tests between scenarios)."""
+        profile = self.profile
         self.batches: dict[str, Batch] = {}
         self.files: dict[str, dict[str, Any]] = {}
         self.creates = 0
@@ -331,3 +338,7 @@ class RateWindow:
                 wait = 60.0 - (now - t)
                 break
         return max(wait, 0.001)
+
+
+STORE: web.AppKey[Store] = web.AppKey("store", Store)
+SYNC_WINDOW: web.AppKey[RateWindow] = web.AppKey("sync_window", RateWindow)

@@ -15,6 +15,8 @@ from aiohttp import BodyPartReader, web
 
 from barge.emulator.core import (
     BATCH_EXPIRY_SECONDS,
+    STORE,
+    SYNC_WINDOW,
     Answer,
     Batch,
     Item,
@@ -58,8 +60,7 @@ def _provider(request: web.Request) -> ProviderName:
 
 
 def _store(request: web.Request) -> Store:
-    store: Store = request.app["store"]
-    return store
+    return request.app[STORE]
 
 
 def _ts(value: float | None) -> int | None:
@@ -458,7 +459,7 @@ async def chat_completion(request: web.Request) -> web.Response:
     item = item_from_messages("sync", body)
     if item.invalid:
         return error(400, item.invalid)
-    wait = request.app["sync_window"].admit(item.input_tokens + item.max_tokens)
+    wait = request.app[SYNC_WINDOW].admit(item.input_tokens + item.max_tokens)
     if wait:
         store.rate_limited += 1
         return error(
