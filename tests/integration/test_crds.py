@@ -17,7 +17,7 @@ SAMPLES = sorted((REPO / "manifests" / "samples").glob("*.yaml"))
 
 def _job(name: str, **spec: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "provider": {"type": "anthropic", "model": "claude-sonnet-4-5", "secretRef": {"name": "anthropic"}},
+        "provider": {"type": "anthropic", "model": "claude-sonnet-4-6", "secretRef": {"name": "anthropic"}},
         "input": {"url": "s3://bucket/in.jsonl"},
         "output": {"url": "s3://bucket/out/"},
     }
@@ -74,7 +74,7 @@ def test_printer_columns_and_short_names(cluster: Cluster, namespace: str) -> No
         "INVALID",
         "SAVED",
     ]
-    assert any("claims-anthropic" in line and "claude-sonnet-4-5" in line for line in wide[1:])
+    assert any("claims-anthropic" in line and "claude-sonnet-4-6" in line for line in wide[1:])
     pools = cluster.run_kubectl("get", "bpool", "-n", namespace).stdout.splitlines()
     assert pools[0].split() == ["NAME", "MODEL", "READY", "ENDPOINT", "AGE"]
     everything = cluster.run_kubectl("get", "barge", "-n", namespace, "-o", "name").stdout.split()

@@ -22,7 +22,7 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 def _job(**spec: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "provider": {"type": "anthropic", "model": "claude-sonnet-4-5", "secretRef": {"name": "k"}},
+        "provider": {"type": "anthropic", "model": "claude-sonnet-4-6", "secretRef": {"name": "k"}},
         "input": {"url": "file:///data/in.jsonl"},
         "output": {"url": "file:///data/out/"},
     }

@@ -1,0 +1,169 @@
+"""Anthropic Message Batches and Messages through the `anthropic` SDK.
+
+The create body is assembled from already-encoded request bytes and posted as-is through the SDK's client
+(retries off), so memory stays near one shard's size instead of the several copies a list of dicts costs.
+Anthropic batches carry no metadata: orphan adoption matches them by time window, size and result ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from datetime import datetime
+from typing import Any
+
+import anthropic
+from anthropic.types.messages import MessageBatch
+
+from barge.providers import jsonl
+from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
+from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk
+
+CACHE_TTL = "1h"  # a shared system prefix outlives the default 5 minutes inside a long batch
+
+
+def params(request: Request) -> dict[str, Any]:
+    system: Any = request.system
+    if request.system and request.cache_system:
+        system = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral", "ttl": CACHE_TTL}}]
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": [{"role": "user", "content": request.user}],
+    }
+    if request.system:
+        body["system"] = system
+    body.update(request.params)
+    return body
+
+
+def _usage(raw: dict[str, Any] | None) -> Usage:
+    if not raw:
+        return Usage()
+    return Usage(
+        int(raw.get("input_tokens") or 0),
+        int(raw.get("output_tokens") or 0),
+        int(raw.get("cache_read_input_tokens") or 0),
+        int(raw.get("cache_creation_input_tokens") or 0),
+    )
+
+
+def _message_result(custom_id: str, message: dict[str, Any]) -> Result:
+    text = "".join(b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text")
+    refused = message.get("stop_reason") == "refusal"
+    return Result(
+        custom_id,
+        Outcome.REFUSED if refused else Outcome.SUCCEEDED,
+        text=text,
+        usage=_usage(message.get("usage")),
+        error_type="refusal" if refused else "",
+    )
+
+
+def result_from_line(line: dict[str, Any]) -> Result:
+    """One line of a results file -> a domain Result."""
+    custom_id = str(line.get("custom_id", ""))
+    result = line.get("result") or {}
+    kind = result.get("type")
+    if kind == "succeeded":
+        return _message_result(custom_id, result.get("message") or {})
+    if kind == "canceled":
+        return Result(custom_id, Outcome.CANCELED, error_type="canceled")
+    if kind == "expired":
+        return Result(custom_id, Outcome.EXPIRED, error_type="expired")
+    inner = ((result.get("error") or {}).get("error")) or {}
+    error_type, message = str(inner.get("type", "unknown")), str(inner.get("message", ""))
+    outcome = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}[
+        classify(None, error_type, message)
+    ]
+    return Result(custom_id, outcome, error_type=error_type, message=message)
+
+
+def _info(batch: MessageBatch) -> BatchInfo:
+    counts = batch.request_counts
+    total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
+    created = (
+        batch.created_at if isinstance(batch.created_at, datetime) else datetime.fromisoformat(str(batch.created_at))
+    )
+    return BatchInfo(batch.id, batch.processing_status, batch.processing_status == "ended", created, total)
+
+
+class AnthropicProvider:
+    """BatchProvider over `anthropic.AsyncAnthropic` (injected: base_url, key and http client are the caller's)."""
+
+    name = "anthropic"
+    max_requests = 100_000
+    max_bytes = 256 * 1024 * 1024 - 1024  # room for the {"requests":[...]} wrapper
+
+    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
+        self.client = client
+        self._create_client = client.with_options(max_retries=0)
+
+    def encode(self, request: Request) -> bytes:
+        return json.dumps(
+            {"custom_id": request.custom_id, "params": params(request)}, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+
+    async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
+        body = b'{"requests":[' + b",".join(lines) + b"]}"
+        try:
+            batch = await self._create_client.post(
+                "/v1/messages/batches",
+                cast_to=MessageBatch,
+                content=body,
+                options={"headers": {"Content-Type": "application/json"}},
+            )
+        except anthropic.APIError as exc:
+            raise from_sdk(exc) from exc
+        return _info(batch)
+
+    async def retrieve(self, batch_id: str) -> BatchInfo:
+        try:
+            return _info(await self.client.messages.batches.retrieve(batch_id))
+        except anthropic.APIError as exc:
+            raise from_sdk(exc) from exc
+
+    async def list_recent(self, limit: int = 100) -> list[BatchInfo]:
+        out: list[BatchInfo] = []
+        try:
+            async for batch in self.client.messages.batches.list(limit=min(limit, 1000)):
+                out.append(_info(batch))
+                if len(out) >= limit:
+                    break
+        except anthropic.APIError as exc:
+            raise from_sdk(exc) from exc
+        return out
+
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        try:
+            return _info(await self.client.messages.batches.cancel(batch_id))
+        except anthropic.APIError as exc:
+            raise from_sdk(exc) from exc
+
+    async def results(self, batch_id: str) -> AsyncIterator[Result]:
+        try:
+            async with self.client.messages.batches.with_streaming_response.results(batch_id) as response:
+                async for line in jsonl.lines(response.iter_bytes()):
+                    yield result_from_line(json.loads(line))
+        except anthropic.APIError as exc:
+            raise from_sdk(exc) from exc
+
+    async def complete(self, request: Request) -> Result:
+        try:
+            message = await self.client.messages.create(**params(request))
+        except anthropic.APIError as exc:
+            error = from_sdk(exc)
+            if isinstance(error, Fatal):
+                raise error from exc
+            outcome = Outcome.TRANSIENT if isinstance(error, Transient) else Outcome.INVALID
+            return Result(
+                request.custom_id,
+                outcome,
+                error_type=error.error_type,
+                message=error.message,
+                retry_after=error.retry_after,
+            )
+        return _message_result(request.custom_id, message.model_dump())
+
+    async def close(self) -> None:
+        await self.client.close()

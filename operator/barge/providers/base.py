@@ -1,0 +1,110 @@
+"""The provider-neutral interface the batch engine and the workers program against."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class Outcome(StrEnum):
+    """What happened to one request, in the domain's words (DESIGN.md section 4)."""
+
+    SUCCEEDED = "succeeded"
+    REFUSED = "refused"  # refusal or content filter: a result, not a failure
+    INVALID = "invalid"  # never retried
+    TRANSIENT = "transient"  # server error, overload, rate limit, timeout: retried
+    EXPIRED = "expired"  # resubmitted, or sent to the sync fallback near the deadline
+    CANCELED = "canceled"  # same as expired
+    FATAL = "fatal"  # authentication, permission, billing: stops the whole job
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One rendered request, before it takes a provider's shape."""
+
+    custom_id: str
+    model: str
+    user: str
+    max_tokens: int
+    system: str = ""
+    cache_system: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One request's outcome, joined by custom_id (never by order)."""
+
+    custom_id: str
+    outcome: Outcome
+    text: str = ""
+    usage: Usage = field(default_factory=Usage)
+    error_type: str = ""
+    message: str = ""
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """A provider batch as the engine needs to see it."""
+
+    id: str
+    status: str  # the provider's own word
+    ended: bool
+    created_at: datetime
+    request_count: int | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)  # batch-level validation errors (OpenAI/Azure)
+
+
+class BatchProvider(Protocol):
+    """What every adapter offers. Creating a batch never retries inside the SDK (max_retries=0)."""
+
+    name: str
+    max_requests: int
+    max_bytes: int
+
+    def encode(self, request: Request) -> bytes:
+        """The request as it travels in a batch (one JSONL line, or one element of a JSON list)."""
+        ...
+
+    async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
+        """Create one batch from encoded requests (sharding is the engine's job)."""
+        ...
+
+    async def retrieve(self, batch_id: str) -> BatchInfo: ...
+
+    async def list_recent(self, limit: int = 100) -> list[BatchInfo]:
+        """Newest first."""
+        ...
+
+    async def cancel(self, batch_id: str) -> BatchInfo: ...
+
+    def results(self, batch_id: str) -> AsyncIterator[Result]:
+        """Stream an ended batch's results in constant memory."""
+        ...
+
+    async def complete(self, request: Request) -> Result:
+        """The synchronous path (deadline fallback, workers, engine pools). Raises Fatal for job-wide errors."""
+        ...
+
+    async def close(self) -> None: ...

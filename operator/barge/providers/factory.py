@@ -1,0 +1,43 @@
+"""Build an adapter from plain settings (what a manifest and a Secret provide)."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+
+from barge.providers.anthropic_provider import AnthropicProvider
+from barge.providers.base import BatchProvider
+from barge.providers.openai_provider import OpenAIProvider
+
+DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
+
+
+def make_provider(
+    kind: str, api_key: str, *, base_url: str = "", api_version: str = "", timeout: float = 600.0, sync_retries: int = 2
+) -> BatchProvider:
+    """`base_url` is handed to the SDK unchanged (for Azure it is the endpoint). Batch creates never retry;
+    `sync_retries` applies to reads and to synchronous calls."""
+    if kind == "anthropic":
+        return AnthropicProvider(
+            anthropic.AsyncAnthropic(
+                api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=sync_retries
+            )
+        )
+    if kind == "openai":
+        return OpenAIProvider(
+            openai.AsyncOpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=sync_retries)
+        )
+    if kind == "azure-openai":
+        if not base_url:
+            raise ValueError("azure-openai needs provider.baseURL: the resource endpoint")
+        return OpenAIProvider(
+            openai.AsyncAzureOpenAI(
+                api_key=api_key,
+                azure_endpoint=base_url,
+                api_version=api_version or DEFAULT_AZURE_API_VERSION,
+                timeout=timeout,
+                max_retries=sync_retries,
+            ),
+            azure=True,
+        )
+    raise ValueError(f"unknown provider type {kind!r}: expected anthropic, openai or azure-openai")

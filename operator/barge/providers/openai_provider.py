@@ -1,0 +1,182 @@
+"""OpenAI Batch and Azure OpenAI Global Batch through the `openai` SDK (AsyncOpenAI / AsyncAzureOpenAI).
+
+The input file is spooled to disk line by line and uploaded as a stream, results are streamed from the
+output and error files: memory stays flat whatever the job's size. Batches carry Barge's metadata, which
+is how orphan batches are recognised after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import openai
+from openai.types import Batch
+
+from barge.providers import jsonl
+from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
+from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk
+
+ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+_OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
+
+
+def body(request: Request) -> dict[str, Any]:
+    messages = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})  # OpenAI caches long prefixes itself
+    messages.append({"role": "user", "content": request.user})
+    out: dict[str, Any] = {"model": request.model, "messages": messages, "max_completion_tokens": request.max_tokens}
+    out.update(request.params)
+    return out
+
+
+def _usage(raw: dict[str, Any] | None) -> Usage:
+    if not raw:
+        return Usage()
+    cached = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return Usage(int(raw.get("prompt_tokens") or 0) - cached, int(raw.get("completion_tokens") or 0), cached, 0)
+
+
+def _completion_result(custom_id: str, completion: dict[str, Any]) -> Result:
+    choice = (completion.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    refused = choice.get("finish_reason") == "content_filter" or bool(message.get("refusal"))
+    return Result(
+        custom_id,
+        Outcome.REFUSED if refused else Outcome.SUCCEEDED,
+        text=str(message.get("content") or message.get("refusal") or ""),
+        usage=_usage(completion.get("usage")),
+        error_type="content_filter" if refused else "",
+    )
+
+
+def result_from_line(line: dict[str, Any]) -> Result:
+    """One line of an output or error file -> a domain Result."""
+    custom_id = str(line.get("custom_id", ""))
+    error = line.get("error")
+    if error:
+        code, message = str(error.get("code") or ""), str(error.get("message") or "")
+        if code == "batch_expired":
+            return Result(custom_id, Outcome.EXPIRED, error_type=code, message=message)
+        if code == "batch_cancelled":
+            return Result(custom_id, Outcome.CANCELED, error_type=code, message=message)
+        return Result(custom_id, _OUTCOME[classify(None, code, message)], error_type=code, message=message)
+    response = line.get("response") or {}
+    status = int(response.get("status_code") or 0)
+    payload = response.get("body") or {}
+    if status == 200:
+        return _completion_result(custom_id, payload)
+    inner = payload.get("error") or {}
+    kind = str(inner.get("code") or inner.get("type") or f"http_{status}")
+    message = str(inner.get("message") or "")
+    return Result(custom_id, _OUTCOME[classify(status, kind, message)], error_type=kind, message=message)
+
+
+def _info(batch: Batch) -> BatchInfo:
+    errors = [e.model_dump() for e in (batch.errors.data or [])] if batch.errors else []
+    total = batch.request_counts.total if batch.request_counts else None
+    return BatchInfo(
+        batch.id,
+        batch.status,
+        batch.status in ENDED,
+        datetime.fromtimestamp(batch.created_at, UTC),
+        total,
+        dict(batch.metadata or {}),
+        errors,
+    )
+
+
+class OpenAIProvider:
+    """BatchProvider over `openai.AsyncOpenAI` or `openai.AsyncAzureOpenAI` (injected)."""
+
+    def __init__(self, client: openai.AsyncOpenAI, *, azure: bool = False) -> None:
+        self.client = client
+        self.azure = azure
+        self.name = "azure-openai" if azure else "openai"
+        self.max_requests = 100_000 if azure else 50_000
+        self.max_bytes = 200 * 1024 * 1024
+        self.url = "/chat/completions" if azure else "/v1/chat/completions"
+        self._create_client = client.with_options(max_retries=0)
+
+    def encode(self, request: Request) -> bytes:
+        line = {"custom_id": request.custom_id, "method": "POST", "url": self.url, "body": body(request)}
+        return json.dumps(line, separators=(",", ":"), ensure_ascii=False).encode()
+
+    async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
+        try:
+            with tempfile.TemporaryFile(prefix="barge-batch-", suffix=".jsonl") as spool:
+                for line in lines:
+                    spool.write(line + b"\n")
+                spool.seek(0)
+                uploaded = await self.client.files.create(file=("batch.jsonl", spool), purpose="batch")
+            batch = await self._create_client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint=self.url,  # type: ignore[arg-type]
+                completion_window="24h",
+                metadata=metadata or None,
+            )
+        except openai.APIError as exc:
+            raise from_sdk(exc) from exc
+        return _info(batch)
+
+    async def retrieve(self, batch_id: str) -> BatchInfo:
+        try:
+            return _info(await self.client.batches.retrieve(batch_id))
+        except openai.APIError as exc:
+            raise from_sdk(exc) from exc
+
+    async def list_recent(self, limit: int = 100) -> list[BatchInfo]:
+        out: list[BatchInfo] = []
+        try:
+            async for batch in self.client.batches.list(limit=min(limit, 100)):
+                out.append(_info(batch))
+                if len(out) >= limit:
+                    break
+        except openai.APIError as exc:
+            raise from_sdk(exc) from exc
+        return out
+
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        try:
+            return _info(await self.client.batches.cancel(batch_id))
+        except openai.APIError as exc:
+            current = await self.retrieve(batch_id)
+            if current.ended:  # cancelling an ended batch is not an error for Barge
+                return current
+            raise from_sdk(exc) from exc
+
+    async def results(self, batch_id: str) -> AsyncIterator[Result]:
+        try:
+            batch = await self.client.batches.retrieve(batch_id)
+            for file_id in (batch.output_file_id, batch.error_file_id):
+                if not file_id:  # None, or Azure's ""
+                    continue
+                async with self.client.files.with_streaming_response.content(file_id) as response:
+                    async for line in jsonl.lines(response.iter_bytes()):
+                        yield result_from_line(json.loads(line))
+        except openai.APIError as exc:
+            raise from_sdk(exc) from exc
+
+    async def complete(self, request: Request) -> Result:
+        try:
+            completion = await self.client.chat.completions.create(**body(request))
+        except openai.APIError as exc:
+            error = from_sdk(exc)
+            if isinstance(error, Fatal):
+                raise error from exc
+            outcome = Outcome.TRANSIENT if isinstance(error, Transient) else Outcome.INVALID
+            return Result(
+                request.custom_id,
+                outcome,
+                error_type=error.error_type,
+                message=error.message,
+                retry_after=error.retry_after,
+            )
+        return _completion_result(request.custom_id, completion.model_dump())
+
+    async def close(self) -> None:
+        await self.client.close()
