@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
 
 from barge.emulator.core import REPLY_PREFIX
-from barge.providers import BatchProvider, Fatal, Invalid, Outcome, Request, Transient, jsonl, make_provider
+from barge.providers import (
+    BatchInfo,
+    BatchProvider,
+    Fatal,
+    Invalid,
+    Outcome,
+    Request,
+    Result,
+    Transient,
+    jsonl,
+    make_provider,
+)
 from barge.providers.anthropic_provider import result_from_line as anthropic_line
 from barge.providers.openai_provider import result_from_line as openai_line
 from tests.contract.conftest import Factory, state
@@ -31,13 +43,15 @@ def requests(kind: str, n: int) -> list[Request]:
     ]
 
 
-async def run_batch(p: BatchProvider, reqs: list[Request], metadata: dict[str, str] | None = None) -> list:
-    import asyncio
-
-    info = await p.create_batch((p.encode(r) for r in reqs), metadata or {})
-    while not info.ended:
+async def wait_ended(p: BatchProvider, batch_id: str) -> BatchInfo:
+    while not (info := await p.retrieve(batch_id)).ended:  # noqa: ASYNC110 - polling a remote batch
         await asyncio.sleep(0.05)
-        info = await p.retrieve(info.id)
+    return info
+
+
+async def run_batch(p: BatchProvider, reqs: list[Request], metadata: dict[str, str] | None = None) -> list[Result]:
+    info = await p.create_batch((p.encode(r) for r in reqs), metadata or {})
+    await wait_ended(p, info.id)
     return [r async for r in p.results(info.id)]
 
 
@@ -81,15 +95,12 @@ async def test_outcomes_map_to_the_domain(start_emulator: Factory, kind: str) ->
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_cancel_gives_canceled_and_partial(start_emulator: Factory, kind: str) -> None:
-    import asyncio
-
     emu = start_emulator({"batch": {"processingSeconds": 1.5, "cancelSeconds": 0.2}})
     p = provider(kind, emu.url)
     info = await p.create_batch((p.encode(r) for r in requests(kind, 80)), {})
     await asyncio.sleep(0.8)
     await p.cancel(info.id)
-    while not (info := await p.retrieve(info.id)).ended:
-        await asyncio.sleep(0.05)
+    info = await wait_ended(p, info.id)
     outcomes = Counter([r.outcome async for r in p.results(info.id)])
     assert outcomes[Outcome.CANCELED] > 0
     assert outcomes[Outcome.SUCCEEDED] > 0
@@ -129,7 +140,7 @@ async def test_auth_and_billing_are_fatal(start_emulator: Factory, kind: str) ->
         await bad_key.complete(requests(kind, 1)[0])
     broke = start_emulator({"billingError": True})
     p = provider(kind, broke.url)
-    with pytest.raises(Fatal, match="(?i)credit|quota"):
+    with pytest.raises(Fatal, match=r"(?i)credit|quota"):
         await p.create_batch([p.encode(requests(kind, 1)[0])], {})
     assert state(broke)["batches"] == []
 

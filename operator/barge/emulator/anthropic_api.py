@@ -72,7 +72,7 @@ def message_json(item: Item, ans: Answer, msg_id: str) -> dict[str, Any]:
         "role": "assistant",
         "model": item.model,
         "content": [{"type": "text", "text": ans.text}] if ans.text else [],
-        "stop_reason": "refusal" if ans.outcome == "refusal" else "end_turn",
+        "stop_reason": "refusal" if ans.outcome == "refusal" else ("max_tokens" if ans.truncated else "end_turn"),
         "stop_sequence": None,
         "usage": {
             "input_tokens": ans.input_tokens,

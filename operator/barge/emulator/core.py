@@ -104,6 +104,7 @@ class Answer:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     message: str = ""
+    truncated: bool = False
 
 
 def answer(item: Item, outcome: str, cache_hit: bool) -> Answer:
@@ -113,8 +114,8 @@ def answer(item: Item, outcome: str, cache_hit: bool) -> Answer:
         return Answer("invalid_request", message="emulated invalid request")
     if outcome in ("server_error", "expired", "canceled"):
         return Answer(outcome, message=f"emulated {outcome.replace('_', ' ')}")
-    text = "" if outcome == "refusal" else reply_text(item.last_user)
-    text = text[: item.max_tokens * 4]
+    full = "" if outcome == "refusal" else reply_text(item.last_user)
+    text = full[: item.max_tokens * 4]
     cached = item.cached_prefix_tokens
     return Answer(
         outcome,
@@ -123,6 +124,7 @@ def answer(item: Item, outcome: str, cache_hit: bool) -> Answer:
         output_tokens=estimate_tokens(text) if text else 1,
         cache_read_tokens=cached if cache_hit else 0,
         cache_write_tokens=0 if cache_hit else cached,
+        truncated=len(text) < len(full),
     )
 
 

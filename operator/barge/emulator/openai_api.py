@@ -78,7 +78,7 @@ def completion_json(item: Item, ans: Answer, completion_id: str, created: float)
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": None if refused else ans.text, "refusal": None},
-                "finish_reason": "content_filter" if refused else "stop",
+                "finish_reason": "content_filter" if refused else ("length" if ans.truncated else "stop"),
                 "logprobs": None,
             }
         ],
