@@ -183,8 +183,9 @@ def test_malformed_body_is_a_provider_error_not_a_crash(emulator: EmulatorThread
 def test_sync_messages_refusal_and_rate_limit(start_emulator: Factory) -> None:
     emu = start_emulator({"sync": {"quota": {"requestsPerMinute": 2}}})
     c = client(emu)
-    message = c.messages.create(model="claude-haiku-4-5", max_tokens=100,
-                                messages=[{"role": "user", "content": "hello there"}])
+    message = c.messages.create(
+        model="claude-haiku-4-5", max_tokens=100, messages=[{"role": "user", "content": "hello there"}]
+    )
     assert message.content[0].text == f"{REPLY_PREFIX}hello there"  # type: ignore[union-attr]
     assert message.stop_reason == "end_turn"
     short = c.messages.create(model="m", max_tokens=2, messages=[{"role": "user", "content": "x"}])

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from barge.emulator.core import (
@@ -20,6 +21,7 @@ from barge.emulator.core import (
     answer,
     item_from_messages,
     status_word,
+    stream_bytes,
     valid_custom_id,
 )
 
@@ -218,18 +220,11 @@ async def batch_results(request: web.Request) -> web.StreamResponse:
         return _missing(request)
     if not batch.ended(store.clock()):
         return error(404, f"results for {batch.id} are not available until processing has ended")
-    response = web.StreamResponse(headers={"Content-Type": "application/binary"})
-    await response.prepare(request)
-    chunk: list[str] = []
-    for index, (item, ans) in enumerate(batch.answers()):
-        chunk.append(json.dumps(result_line(batch, item, ans, index), separators=(",", ":")))
-        if len(chunk) >= 2000:
-            await response.write(("\n".join(chunk) + "\n").encode())
-            chunk = []
-    if chunk:
-        await response.write(("\n".join(chunk) + "\n").encode())
-    await response.write_eof()
-    return response
+    body = batch.rendered(
+        "anthropic",
+        lambda index, item, ans: orjson.dumps(result_line(batch, item, ans, index)),
+    )
+    return await stream_bytes(request, body, "application/binary")
 
 
 async def create_message(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeGuard
 
@@ -160,6 +161,14 @@ class Batch:
     validation_errors: list[dict[str, Any]] = field(default_factory=list)
     output_expires_after: dict[str, Any] | None = None
     _answers: list[tuple[Item, Answer]] | None = field(default=None, repr=False)
+    _rendered: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    def rendered(self, key: str, render: Callable[[int, Item, Answer], bytes | None]) -> bytes:
+        """A results file, serialised once (the batch has ended, so it cannot change) and served from memory."""
+        if key not in self._rendered:
+            parts = (render(index, item, ans) for index, (item, ans) in enumerate(self.answers()))
+            self._rendered[key] = b"".join(p + b"\n" for p in parts if p is not None)
+        return self._rendered[key]
 
     @property
     def end_at(self) -> float:
@@ -344,3 +353,15 @@ class RateWindow:
 
 STORE: web.AppKey[Store] = web.AppKey("store", Store)
 SYNC_WINDOW: web.AppKey[RateWindow] = web.AppKey("sync_window", RateWindow)
+
+
+async def stream_bytes(request: web.Request, body: bytes, content_type: str) -> web.StreamResponse:
+    """Send a large body in 1 MiB writes, so a slow client never makes the emulator copy it."""
+    response = web.StreamResponse(headers={"Content-Type": content_type})
+    response.content_length = len(body)
+    await response.prepare(request)
+    view = memoryview(body)
+    for start in range(0, len(body), 1 << 20):
+        await response.write(view[start : start + (1 << 20)])
+    await response.write_eof()
+    return response

@@ -11,6 +11,7 @@ import asyncio
 import json
 from typing import Any
 
+import orjson
 from aiohttp import BodyPartReader, web
 
 from barge.emulator.core import (
@@ -25,6 +26,7 @@ from barge.emulator.core import (
     answer,
     item_from_messages,
     status_word,
+    stream_bytes,
     valid_custom_id,
 )
 
@@ -250,24 +252,17 @@ async def file_content(request: web.Request) -> web.StreamResponse:
     meta = store.files.get(file_id)
     if meta is None:
         return error(404, f"No such File object: {file_id}", param="id")
-    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-    await response.prepare(request)
     if meta["kind"] == "input":
-        await response.write(meta["data"])
-    else:
-        batch = store.batches[meta["batch"]]
-        want_output = meta["kind"] == "output"
-        chunk: list[str] = []
-        for index, (item, ans) in enumerate(batch.answers()):
-            if _is_output(ans) == want_output:
-                chunk.append(json.dumps(output_line(batch, item, ans, index), separators=(",", ":")))
-            if len(chunk) >= 2000:
-                await response.write(("\n".join(chunk) + "\n").encode())
-                chunk = []
-        if chunk:
-            await response.write(("\n".join(chunk) + "\n").encode())
-    await response.write_eof()
-    return response
+        return await stream_bytes(request, meta["data"], "application/octet-stream")
+    batch = store.batches[meta["batch"]]
+    want_output = meta["kind"] == "output"
+
+    def render(index: int, item: Item, ans: Answer) -> bytes | None:
+        if _is_output(ans) != want_output:
+            return None
+        return orjson.dumps(output_line(batch, item, ans, index))
+
+    return await stream_bytes(request, batch.rendered(meta["kind"], render), "application/octet-stream")
 
 
 def _validate_lines(data: bytes, provider: ProviderName) -> tuple[list[Item], list[dict[str, Any]]]:
