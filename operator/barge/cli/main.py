@@ -14,6 +14,9 @@ import typer
 
 from barge import __version__
 from barge.api.crd import all_crds, render
+from barge.batch.runner import EngineSettings
+from barge.cli import local
+from barge.cli.demo_data import claims
 from barge.emulator.profile import load_profile
 from barge.emulator.server import serve
 
@@ -71,3 +74,46 @@ def emulator(
         typer.echo(f"bad profile {profile}: {exc}", err=True)
         raise typer.Exit(2) from exc
     asyncio.run(serve(host, port, parsed, state))
+
+
+@app.command()
+def plan(manifest: Annotated[Path, typer.Argument(help="LLMBatchJob manifest (YAML).")]) -> None:
+    """Validate a job manifest and print shards, token and cost estimates and invalid lines; submits nothing."""
+    local.plan_command(manifest)
+
+
+@app.command()
+def run(
+    manifest: Annotated[Path, typer.Argument(help="LLMBatchJob manifest (YAML).")],
+    ledger: Annotated[str, typer.Option(help="Ledger: a SQLite path or postgresql:// URL.")] = ".barge/ledger.db",
+    json_output: Annotated[bool, typer.Option("--json", help="Print one final JSON object.")] = False,
+    poll: Annotated[float, typer.Option(help="Seconds between polls.", envvar="BARGE_POLL_SECONDS")] = 5.0,
+    min_batch_window: Annotated[
+        float,
+        typer.Option(
+            help="Closer than this to the deadline (s), leftovers go synchronous.", envvar="BARGE_MIN_BATCH_WINDOW"
+        ),
+    ] = 3600.0,
+) -> None:
+    """Run an LLMBatchJob manifest to completion locally; rerunning the same command resumes it.
+
+    Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid.
+    """
+    code = local.run_command(manifest, ledger, json_output, poll, EngineSettings(min_batch_window=min_batch_window))
+    raise typer.Exit(code)
+
+
+@app.command("demo-data")
+def demo_data(
+    kind: Annotated[str, typer.Argument(help="Only `claims` today.")] = "claims",
+    count: Annotated[int, typer.Option(help="How many lines.")] = 6000,
+    out: Annotated[Path, typer.Option(help="Where to write the JSONL.")] = Path("claims.jsonl"),
+) -> None:
+    """Write generated sample input (deterministic) for the demo and the examples."""
+    if kind != "claims":
+        raise typer.BadParameter("only `claims` is available")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as fh:
+        for line in claims(count):
+            fh.write(line + b"\n")
+    typer.echo(f"wrote {count} claims to {out}")

@@ -1,0 +1,99 @@
+"""How one input line becomes one request: sandboxed Jinja2 over the line's fields, and its custom_id.
+
+A custom_id is deterministic from the template, so a rerun or a resubmission names the same item the same
+way; results are joined by it, never by order. Ids that need sanitising, or are too long, keep a readable
+prefix and gain a stable hash of the unsanitised value, so two different items can never collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError, UndefinedError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from barge.api.batchjob import LLMBatchJobSpec
+
+CUSTOM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+HASH_LEN = 10
+
+
+class ItemError(ValueError):
+    """Why an input line can never become a request (it becomes an `invalid` item with this reason)."""
+
+    def __init__(self, reason: str, error_type: str = "invalid_input") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error_type = error_type
+
+
+def make_custom_id(template: str, values: dict[str, str]) -> str:
+    raw = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+    if CUSTOM_ID.match(raw):
+        return raw
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:HASH_LEN]
+    prefix = _UNSAFE.sub("_", raw)[: 64 - HASH_LEN - 1].rstrip("_-") or "item"
+    return f"{prefix}-{digest}"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    item_id: str
+    custom_id: str
+    user: str
+
+
+class Renderer:
+    """Compiled once per job; `render` is called per line."""
+
+    def __init__(self, spec: LLMBatchJobSpec, run_date: str, tenant: str) -> None:
+        self.env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+        try:
+            self.template = self.env.from_string(spec.request.template)
+        except TemplateError as exc:
+            raise ValueError(f"spec.request.template does not compile: {exc}") from exc
+        self.id_field = spec.input.id_field
+        self.custom_id_template = spec.custom_id
+        self.fixed = {"promptVersion": spec.request.prompt_version, "runDate": run_date, "tenant": tenant}
+
+    def parse(self, line: bytes) -> dict[str, Any]:
+        if not line.strip():
+            raise ItemError("empty line", "empty_line")
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ItemError(f"malformed JSON: {exc}", "malformed_json") from exc
+        if not isinstance(value, dict):
+            raise ItemError(f"a line must be a JSON object, got {type(value).__name__}", "malformed_json")
+        return value
+
+    def item_id(self, fields: dict[str, Any]) -> str:
+        if self.id_field not in fields:
+            raise ItemError(f"missing id field {self.id_field!r}", "missing_id")
+        value = fields[self.id_field]
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ItemError(
+                f"id field {self.id_field!r} must be a string or an integer, got {type(value).__name__}", "bad_id"
+            )
+        text = str(value)
+        if not text.strip():
+            raise ItemError(f"id field {self.id_field!r} is empty", "bad_id")
+        return text
+
+    def render(self, line_number: int, fields: dict[str, Any]) -> Rendered:
+        item_id = self.item_id(fields)
+        try:
+            user = self.template.render(**fields)
+        except UndefinedError as exc:
+            raise ItemError(f"template references a missing field: {exc.message}", "template_error") from exc
+        except (TemplateError, SecurityError, TypeError, ValueError) as exc:
+            raise ItemError(f"template failed: {exc}", "template_error") from exc
+        values = {**self.fixed, "id": item_id, "line": str(line_number)}
+        return Rendered(item_id, make_custom_id(self.custom_id_template, values), user)

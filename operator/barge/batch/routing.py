@@ -1,0 +1,65 @@
+"""What happens to each outcome: the one place that answers "what happens to an expired request?".
+
+| outcome    | item becomes                                                       |
+| ---------- | ------------------------------------------------------------------ |
+| succeeded  | succeeded (a result)                                               |
+| refused    | refused (a result, not a failure; never retried)                   |
+| invalid    | invalid (never retried; reported in failures.jsonl)                |
+| transient  | pending again while attempts remain, else failed                   |
+| expired    | pending again while attempts remain (or the sync fallback once the |
+|            | deadline is near), else failed                                     |
+| canceled   | pending again without spending an attempt (Barge cancelled it:     |
+|            | suspend or the deadline cut-off)                                   |
+| missing    | (asked for, absent from the results) as transient                  |
+| fatal      | the whole job stops (authentication, permission, billing)          |
+"""
+
+from __future__ import annotations
+
+from barge.ledger import ItemUpdate
+from barge.providers.base import Outcome, Result
+
+
+def route(result: Result, attempts: int, max_attempts: int, via: str = "batch") -> ItemUpdate:
+    """The item's next state after `result`; `attempts` counts tries before this one."""
+    if result.outcome is Outcome.SUCCEEDED:
+        return ItemUpdate(result.custom_id, "succeeded", attempts=attempts + 1, via=via)
+    if result.outcome is Outcome.REFUSED:
+        return ItemUpdate(
+            result.custom_id, "refused", result.error_type, "refused by the model", attempts=attempts + 1, via=via
+        )
+    if result.outcome is Outcome.INVALID:
+        return ItemUpdate(
+            result.custom_id,
+            "invalid",
+            result.error_type or "invalid_request",
+            result.message or "the provider rejected the request",
+            attempts=attempts + 1,
+            via=via,
+        )
+    if result.outcome is Outcome.CANCELED:
+        return ItemUpdate(
+            result.custom_id, "pending", result.error_type or "canceled", "batch cancelled by Barge", attempts=attempts
+        )
+    used = attempts + 1
+    reason = result.message or result.outcome.value
+    if used < max_attempts:
+        return ItemUpdate(result.custom_id, "pending", result.error_type or result.outcome.value, reason, attempts=used)
+    return ItemUpdate(
+        result.custom_id,
+        "failed",
+        result.error_type or result.outcome.value,
+        f"{reason} (after {used} attempts)",
+        attempts=used,
+        via=via,
+    )
+
+
+def missing(custom_id: str) -> Result:
+    """A submitted request the provider's results never mentioned."""
+    return Result(
+        custom_id,
+        Outcome.TRANSIENT,
+        error_type="missing_result",
+        message="the provider returned no result for this request",
+    )

@@ -1,0 +1,211 @@
+"""A job's observable state, derived from the ledger: phase, counts, usage, conditions, batches.
+
+The same snapshot feeds `barge run --json`, the operator's status subresource and the metrics, so the three
+can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from barge.batch import prices
+from barge.ledger import Ledger
+
+if TYPE_CHECKING:
+    from barge.batch.runner import Job
+
+
+def rfc3339(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Snapshot:
+    phase: str
+    counts: dict[str, int]
+    usage: dict[str, Any]
+    batches: list[dict[str, Any]]
+    conditions: list[dict[str, str]]
+    message: str
+    started_at: str | None = None
+    completed_at: str | None = None
+    results_url: str | None = None
+    deadline_slack_seconds: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "counts": self.counts,
+            "usage": self.usage,
+            "resultsURL": self.results_url,
+            "message": self.message,
+            "startedAt": self.started_at,
+            "completedAt": self.completed_at,
+            "batches": self.batches,
+            "conditions": self.conditions,
+            "deadlineSlackSeconds": self.deadline_slack_seconds,
+        }
+
+
+def _usage(ledger: Ledger, job: str, estimated: str) -> dict[str, Any]:
+    rows = ledger.usage(job)
+    tokens = [0, 0, 0, 0]
+    cost = saved = Decimal(0)
+    for row in rows["batch"]:
+        tokens = [a + int(b) for a, b in zip(tokens, row[:4], strict=True)]
+        cost += Decimal(row[4])
+        saved += Decimal(row[5]) - Decimal(row[4])
+    for row in rows["sync"]:
+        tokens = [a + int(b) for a, b in zip(tokens, row[:4], strict=True)]
+        cost += Decimal(row[4])
+    return {
+        "inputTokens": tokens[0],
+        "outputTokens": tokens[1],
+        "cacheReadTokens": tokens[2],
+        "cacheWriteTokens": tokens[3],
+        "costUSD": prices.money(cost),
+        "estimatedCostUSD": estimated,
+        "savedUSD": prices.money(saved),
+    }
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str]:
+    return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def build_snapshot(ledger: Ledger, job: Job, table: prices.PriceTable, max_batches: int, now: float) -> Snapshot:
+    row = ledger.job(job.key) or {}
+    raw = ledger.counts(job.key)
+    total = sum(
+        raw.get(s, 0) for s in ("pending", "submitting", "submitted", "succeeded", "refused", "invalid", "failed")
+    )
+    counts = {
+        "total": total,
+        "pending": raw.get("pending", 0) + raw.get("submitting", 0),
+        "submitted": raw.get("submitted", 0),
+        "succeeded": raw.get("succeeded", 0),
+        "refused": raw.get("refused", 0),
+        "invalid": raw.get("invalid", 0),
+        "failed": raw.get("failed", 0),
+        "retrying": raw.get("retrying", 0),
+        "viaFallback": raw.get("viaFallback", 0),
+    }
+    usage = _usage(ledger, job.key, str(row.get("estimated_cost", "0")))
+    all_batches = ledger.batches_of(job.key)
+    batches = [
+        {
+            "id": b["batch_id"],
+            "attempt": b["attempt"],
+            "requests": b["requests"],
+            "state": b["status"],
+            "submittedAt": rfc3339(b["submitted_at"]),
+            "endedAt": rfc3339(b["ended_at"]),
+        }
+        for b in all_batches[-max_batches:]
+    ]
+    live = [b for b in all_batches if not b["ingested"]]
+    planned = bool(row.get("planned"))
+    budget = job.spec.budget
+    held = (
+        budget is not None
+        and not all_batches
+        and planned
+        and Decimal(str(row.get("estimated_cost", "0"))) > budget.max_cost
+    )
+    budget_failed = ledger.items_in(job.key, ("failed",), limit=1)
+    budget_stop = bool(budget_failed) and budget_failed[0]["error_type"] == "budget_exceeded"
+    fatal = str(row.get("fatal") or "")
+    phase = str(row.get("phase") or "Pending")
+    message = ""
+    if fatal:
+        phase, message = "Failed", fatal
+    elif phase not in ("Succeeded", "Failed"):
+        if not planned:
+            phase = "Pending"
+        elif held:
+            phase = "Pending"
+            message = (
+                f"estimated cost up to ${usage['estimatedCostUSD']} is over spec.budget.maxCostUSD "
+                f"${budget.max_cost_usd if budget else ''}: not submitting"
+            )
+        elif job.spec.suspend:
+            phase = "Suspended"
+        elif row.get("cutoff_done") or (
+            counts["pending"] and job.spec.deadline and job.spec.deadline.timestamp() <= now
+        ):
+            phase = "FallingBack"
+        elif counts["retrying"]:
+            phase = "Retrying"
+        elif live:
+            phase = "Running"
+        else:
+            phase = "Submitting"
+    good = counts["succeeded"] + counts["refused"]
+    if not message:
+        message = (
+            f"{good}/{total} with a result, {counts['invalid']} invalid, {counts['failed']} failed, "
+            f"{len(live)} batches in flight"
+        )
+    if table.price(job.model) is None:
+        message += f"; no price known for model {job.model!r}: cost shows 0"
+    conditions = [
+        _condition(
+            "Admitted",
+            planned,
+            "Planned" if planned else "Planning",
+            f"{total} items, {counts['invalid']} invalid" if planned else "reading the input",
+        ),
+        _condition(
+            "Submitted",
+            bool(all_batches),
+            "BatchesCreated" if all_batches else "NoBatches",
+            f"{len(all_batches)} batches created",
+        ),
+        _condition(
+            "Complete",
+            phase == "Succeeded",
+            "SuccessRatioMet" if phase == "Succeeded" else "NotComplete",
+            message if phase == "Succeeded" else "",
+        ),
+        _condition(
+            "Failed",
+            phase == "Failed",
+            ("Fatal" if fatal else "SuccessRatioNotMet") if phase == "Failed" else "NotFailed",
+            message if phase == "Failed" else "",
+        ),
+        _condition(
+            "DeadlineExceeded",
+            bool(row.get("cutoff_done")),
+            "DeadlineReached" if row.get("cutoff_done") else "BeforeDeadline",
+            "in-flight batches cancelled at the deadline" if row.get("cutoff_done") else "",
+        ),
+        _condition(
+            "BudgetExceeded",
+            held or budget_stop,
+            "OverBudget" if held or budget_stop else "WithinBudget",
+            message if held else ("resubmission stopped by the budget" if budget_stop else ""),
+        ),
+    ]
+    slack = job.spec.deadline.timestamp() - now if job.spec.deadline else None
+    return Snapshot(
+        phase,
+        counts,
+        usage,
+        batches,
+        conditions,
+        message,
+        rfc3339(row.get("started_at")),
+        rfc3339(row.get("completed_at")),
+        job.spec.output.url.rstrip("/") + "/results.jsonl" if phase in ("Succeeded", "Failed") else None,
+        slack,
+    )

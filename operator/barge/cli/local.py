@@ -1,0 +1,251 @@
+"""`barge plan` and `barge run`: an LLMBatchJob manifest run on a laptop, no Kubernetes needed.
+
+The same engine the operator drives; here the input comes from a path or URL (relative paths resolve
+against the manifest), the API key from the environment, and the ledger from ./.barge/ledger.db.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from barge.api.batchjob import LLMBatchJob
+from barge.batch import plan as planning
+from barge.batch import prices
+from barge.batch.render import Renderer
+from barge.batch.runner import EngineSettings, Job, JobRunner
+from barge.batch.snapshot import Snapshot
+from barge.ledger import Ledger
+from barge.providers import make_provider
+from barge.providers.base import Usage
+from barge.storage import StorageError, StoragePolicy, read_lines
+
+KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "azure-openai": "AZURE_OPENAI_API_KEY"}
+err = Console(stderr=True)
+
+
+def load_manifest(path: Path) -> LLMBatchJob:
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    except (OSError, yaml.YAMLError) as exc:
+        err.print(f"[red]cannot read {path}: {exc}[/red]")
+        raise typer.Exit(2) from exc
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "LLMBatchJob"]
+    if len(jobs) != 1:
+        err.print(f"[red]{path} must hold exactly one LLMBatchJob (found {len(jobs)})[/red]")
+        raise typer.Exit(2)
+    try:
+        return LLMBatchJob.model_validate(jobs[0])
+    except ValidationError as exc:
+        for problem in exc.errors():
+            where = ".".join(str(p) for p in problem["loc"])
+            err.print(f"[red]invalid manifest: {where}: {problem['msg']}[/red]")
+        raise typer.Exit(2) from exc
+
+
+def build_job(manifest: LLMBatchJob, path: Path) -> Job:
+    spec = manifest.spec
+    if spec.provider.type == "pool":
+        err.print("[red]provider.type pool needs the operator (the pool lives in a cluster)[/red]")
+        raise typer.Exit(2)
+    if spec.input.config_map_ref is not None:
+        err.print("[red]input.configMapRef needs the operator; use input.url or input.inline locally[/red]")
+        raise typer.Exit(2)
+    name = str(manifest.metadata.get("name", path.stem))
+    namespace = str(manifest.metadata.get("namespace", "default"))
+    created = manifest.metadata.get("creationTimestamp")
+    run_date = spec.run_date or (str(created)[:10] if created else datetime.now(UTC).strftime("%Y-%m-%d"))
+    policy = StoragePolicy(base_dir=path.resolve().parent)
+    if spec.input.inline is not None:
+        inline = spec.input.inline
+
+        def lines() -> Any:
+            return ((n, json.dumps(item).encode()) for n, item in enumerate(inline, start=1))
+    else:
+        url = str(spec.input.url)
+
+        def lines() -> Any:
+            return read_lines(url, policy)
+
+    return Job(
+        key=f"local:{path.resolve()}:{namespace}/{name}",
+        spec=spec,
+        tenant=spec.tenant or namespace,
+        run_date=run_date,
+        model=spec.provider.model,
+        lines=lines,
+        storage=policy,
+    )
+
+
+def api_key(kind: str) -> str:
+    key = os.environ.get("BARGE_API_KEY") or os.environ.get(KEY_VARIABLES.get(kind, ""), "")
+    if not key:
+        err.print(f"[red]no API key: set BARGE_API_KEY or {KEY_VARIABLES.get(kind)}[/red]")
+        raise typer.Exit(2)
+    return key
+
+
+def plan_command(manifest_path: Path) -> None:
+    manifest = load_manifest(manifest_path)
+    job = build_job(manifest, manifest_path)
+    spec = job.spec
+    provider = make_provider(
+        spec.provider.type, "plan-only", base_url=spec.provider.base_url, api_version=spec.provider.api_version
+    )
+    factory = planning.RequestFactory(job.model, spec.request)
+    renderer = Renderer(spec, job.run_date, job.tenant)
+    table = prices.load(Path(os.environ["BARGE_PRICES"]) if os.environ.get("BARGE_PRICES") else None)
+    valid: list[tuple[str, int]] = []
+    invalid: list[dict[str, Any]] = []
+    tokens = 0
+    try:
+        for row in planning.admit(job.lines(), renderer, factory, provider.encode):
+            if row["state"] == "invalid":
+                invalid.append(row)
+                continue
+            size = len(provider.encode(factory(row["custom_id"], row["payload"])))
+            valid.append((row["custom_id"], size))
+            tokens += row["est_tokens"]
+    except StorageError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    shards = list(planning.shards(valid, provider.max_requests, provider.max_bytes))
+    usage = Usage(input_tokens=tokens, output_tokens=len(valid) * spec.request.max_tokens)
+    out = Console()
+    summary = Table(title=f"plan: {manifest.metadata.get('name')} ({spec.provider.type}, {job.model})")
+    for col in (
+        "items",
+        "valid",
+        "invalid",
+        "shards",
+        "est. input tokens",
+        "max output tokens",
+        "batch cost (up to)",
+        "sync cost (up to)",
+    ):
+        summary.add_column(col, justify="right")
+    summary.add_row(
+        str(len(valid) + len(invalid)),
+        str(len(valid)),
+        str(len(invalid)),
+        str(len(shards)),
+        f"{tokens:,}",
+        f"{usage.output_tokens:,}",
+        f"${prices.money(table.cost(job.model, usage, batch=True))}",
+        f"${prices.money(table.cost(job.model, usage, batch=False))}",
+    )
+    out.print(summary)
+    sizes = dict(valid)
+    for n, shard in enumerate(shards):
+        out.print(f"shard {n}: {len(shard)} requests, {sum(sizes[c] for c in shard) / 1e6:.1f} MB")
+    if table.price(job.model) is None:
+        out.print(f"[yellow]no price known for {job.model!r}: costs show 0 (set BARGE_PRICES)[/yellow]")
+    for row in invalid[:50]:
+        out.print(f"[yellow]line {row['line']}: {row['error_type']}: {row['reason']}[/yellow]")
+    if len(invalid) > 50:
+        out.print(f"[yellow]... and {len(invalid) - 50} more invalid lines[/yellow]")
+    if spec.budget and table.cost(job.model, usage, batch=True) > spec.budget.max_cost:
+        out.print(
+            f"[red]the estimate is over spec.budget.maxCostUSD ({spec.budget.max_cost_usd}): "
+            "barge run would refuse to submit[/red]"
+        )
+
+
+def _progress_line(snap: Snapshot) -> str:
+    c = snap.counts
+    return (
+        f"{snap.phase}: {c['succeeded'] + c['refused']}/{c['total']} done, {c['submitted']} in flight, "
+        f"{c['pending']} pending, {c['invalid']} invalid, {c['failed']} failed, cost ${snap.usage['costUSD']}"
+    )
+
+
+async def _run(runner: JobRunner, poll: float, as_json: bool) -> Snapshot:
+    tty = sys.stderr.isatty() and not as_json
+    last = ""
+    if tty:
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), console=err
+        ) as bar:
+            task = bar.add_task("starting", total=None)
+            while True:
+                snap = await runner.step()
+                c = snap.counts
+                bar.update(
+                    task,
+                    total=c["total"] or None,
+                    completed=c["succeeded"] + c["refused"] + c["invalid"] + c["failed"],
+                    description=f"{snap.phase} ${snap.usage['costUSD']}",
+                )
+                if snap.terminal or _held(snap):
+                    return snap
+                await asyncio.sleep(poll)
+    while True:
+        snap = await runner.step()
+        line = _progress_line(snap)
+        if line != last and not as_json:
+            print(line, file=sys.stderr, flush=True)
+            last = line
+        if snap.terminal or _held(snap):
+            return snap
+        await asyncio.sleep(poll)
+
+
+def _held(snap: Snapshot) -> bool:
+    return (
+        any(c["type"] == "BudgetExceeded" and c["status"] == "True" for c in snap.conditions)
+        and snap.phase == "Pending"
+    )
+
+
+def run_command(manifest_path: Path, ledger_url: str, as_json: bool, poll: float, settings: EngineSettings) -> int:
+    manifest = load_manifest(manifest_path)
+    job = build_job(manifest, manifest_path)
+    spec = job.spec
+    provider = make_provider(
+        spec.provider.type,
+        api_key(spec.provider.type),
+        base_url=spec.provider.base_url,
+        api_version=spec.provider.api_version,
+    )
+    ledger = Ledger(ledger_url)
+    table = prices.load(Path(os.environ["BARGE_PRICES"]) if os.environ.get("BARGE_PRICES") else None)
+    runner = JobRunner(
+        job,
+        provider,
+        ledger,
+        table,
+        settings,
+        on_event=lambda reason, message, kind: (
+            None if as_json else print(f"[{reason}] {message}", file=sys.stderr, flush=True)
+        ),
+    )
+    try:
+        snap = asyncio.run(_run(runner, poll, as_json))
+    except StorageError as exc:
+        err.print(f"[red]{exc}[/red]")
+        return 2
+    finally:
+        ledger.close()
+    if as_json:
+        print(json.dumps(snap.to_json()))
+    else:
+        print(
+            f"{snap.phase}: {snap.message}; cost ${snap.usage['costUSD']} (saved ${snap.usage['savedUSD']}); "
+            f"results: {spec.output.url}",
+            file=sys.stderr,
+        )
+    return 0 if snap.phase == "Succeeded" else 1
