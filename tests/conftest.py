@@ -12,11 +12,16 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tools import localcluster
+
+from barge.emulator.profile import parse_profile
+from barge.emulator.server import EmulatorThread
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BARGE_SHARED_DIR", REPO.parent / "shared"))
@@ -79,3 +84,118 @@ def namespace(cluster: localcluster.Cluster, request: pytest.FixtureRequest) -> 
 def kubectl_json(cluster: localcluster.Cluster, *args: str) -> dict[str, object]:
     out = cluster.run_kubectl(*args, "-o", "json")
     return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+# --- the provider emulator, in-process on a background thread -------------------------------------------
+Factory = Callable[..., EmulatorThread]
+
+
+@pytest.fixture
+def start_emulator() -> Iterator[Factory]:
+    """Start an emulator with a profile given as the YAML-shaped dict (processing 0.4 s unless said)."""
+    running: list[EmulatorThread] = []
+
+    def start(profile: dict[str, Any] | None = None) -> EmulatorThread:
+        data = {"batch": {"processingSeconds": 0.4}, "sync": {"latencyMs": 1}}
+        for key, value in (profile or {}).items():
+            data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+        emu = EmulatorThread(parse_profile(data)).start()
+        running.append(emu)
+        return emu
+
+    yield start
+    for emu in running:
+        emu.stop()
+
+
+@pytest.fixture
+def emulator(start_emulator: Factory) -> EmulatorThread:
+    return start_emulator()
+
+
+def state(emu: EmulatorThread) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{emu.url}/_emulator/state", timeout=5) as resp:  # noqa: S310 - loopback
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(0.05)
+
+
+# --- PostgreSQL from Debian's packages, a throwaway cluster per session ---------------------------------------
+def _pg_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        pytest.fail("PostgreSQL server binaries not found: install Debian's postgresql package (.ci/run does)")
+    return found[-1].parent
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    import shutil
+    import socket
+    import subprocess
+
+    bindir = _pg_bin()
+    data = Path(tempfile.mkdtemp(prefix="barge-pg-"))
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    subprocess.run(
+        _as_postgres([str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "barge", "--no-sync"]),
+        check=True,
+        capture_output=True,
+    )
+    server = subprocess.Popen(
+        _as_postgres(
+            [
+                str(bindir / "postgres"),
+                "-D",
+                str(data / "db"),
+                "-p",
+                str(port),
+                "-k",
+                str(data),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+            ]
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while (
+            subprocess.run(
+                [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)], capture_output=True
+            ).returncode
+            != 0
+        ):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("PostgreSQL did not start")
+            time.sleep(0.2)
+        subprocess.run(
+            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "barge", "barge"],
+            check=True,
+            capture_output=True,
+        )
+        yield f"postgresql://barge@127.0.0.1:{port}/barge"
+    finally:
+        server.terminate()
+        server.wait(20)
+        shutil.rmtree(data, ignore_errors=True)

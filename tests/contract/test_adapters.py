@@ -22,7 +22,7 @@ from barge.providers import (
 )
 from barge.providers.anthropic_provider import result_from_line as anthropic_line
 from barge.providers.openai_provider import result_from_line as openai_line
-from tests.contract.conftest import Factory, state
+from tests.conftest import Factory, state
 
 KINDS = ["anthropic", "openai", "azure-openai"]
 MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini", "azure-openai": "gpt-4o-mini-batch"}

@@ -10,7 +10,7 @@ import pytest
 from barge.emulator import anthropic_api
 from barge.emulator.core import REPLY_PREFIX
 from barge.emulator.server import EmulatorThread
-from tests.contract.conftest import Factory, state, wait_until
+from tests.conftest import Factory, state, wait_until
 
 
 def client(emu: EmulatorThread, key: str = "sk-test", retries: int = 0) -> anthropic.Anthropic:

@@ -11,7 +11,7 @@ import pytest
 
 from barge.emulator.core import REPLY_PREFIX
 from barge.emulator.server import EmulatorThread
-from tests.contract.conftest import Factory, state, wait_until
+from tests.conftest import Factory, state, wait_until
 
 ENDED = {"completed", "failed", "expired", "cancelled"}
 

@@ -53,7 +53,7 @@ class PriceTable:
         ) / MILLION
         if batch:
             total *= self.batch_discount
-        return total.quantize(CENT_PLACES)
+        return total  # exact; rounded only for display (money), so sums never drift
 
 
 def parse(data: dict[str, Any]) -> PriceTable:

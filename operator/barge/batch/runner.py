@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
-from barge.batch import plan, prices
+from barge.batch import failpoints, plan, prices
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
 from barge.batch.outputs import write_outputs
 from barge.batch.render import Renderer
@@ -45,6 +45,8 @@ class EngineSettings:
     """Transient answers retried this many times on the sync path."""
     status_batches: int = 20
     """How many batches the status lists (the ledger keeps them all)."""
+    max_shard_requests: int = 0
+    """Cap on requests per batch below the provider's limit (0 = the provider's); smaller shards fail smaller."""
 
 
 @dataclass(frozen=True)
@@ -202,12 +204,14 @@ class JobRunner:
             (i["custom_id"], len(self.provider.encode(self.factory(i["custom_id"], i["payload"]))))
             for i in self.ledger.iter_items(key, states=("pending",))
         )
-        for ids in plan.shards(sizes, self.provider.max_requests, self.provider.max_bytes):
+        limit = min(self.provider.max_requests, self.settings.max_shard_requests or self.provider.max_requests)
+        for ids in plan.shards(sizes, limit, self.provider.max_bytes):
             shard = f"s{self.ledger.intent_count(key):05d}"
             attempt = 1 + max(
                 (i["attempts"] for i in self.ledger.items_in(key, ("pending",), limit=len(ids))), default=0
             )
             self.ledger.open_intent(key, shard, attempt, ids)
+            failpoints.hit(failpoints.AFTER_INTENT)
             try:
                 info = await self.provider.create_batch(
                     self._shard_lines(shard), {"barge_job": self.tag, "barge_shard": shard}
@@ -226,6 +230,7 @@ class JobRunner:
             except Fatal:
                 self.ledger.abandon_intent(key, shard)
                 raise
+            failpoints.hit(failpoints.AFTER_CREATE)
             self._record(shard, attempt, len(ids), info)
             self.on_event(
                 "Submitted", f"batch {info.id}: {len(ids)} requests (shard {shard}, attempt {attempt})", "Normal"
@@ -326,6 +331,8 @@ class JobRunner:
         else:
             seen: set[str] = set()
             async for result in self.provider.results(batch_id):
+                if len(seen) == len(expected) // 2:
+                    failpoints.hit(failpoints.MID_INGEST)
                 if result.custom_id not in expected or result.custom_id in seen:
                     foreign += 1
                     continue

@@ -94,12 +94,17 @@ def run(
             help="Closer than this to the deadline (s), leftovers go synchronous.", envvar="BARGE_MIN_BATCH_WINDOW"
         ),
     ] = 3600.0,
+    max_shard_requests: Annotated[
+        int,
+        typer.Option(help="Requests per batch at most (0 = the provider's limit).", envvar="BARGE_MAX_SHARD_REQUESTS"),
+    ] = 0,
 ) -> None:
     """Run an LLMBatchJob manifest to completion locally; rerunning the same command resumes it.
 
     Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid.
     """
-    code = local.run_command(manifest, ledger, json_output, poll, EngineSettings(min_batch_window=min_batch_window))
+    settings = EngineSettings(min_batch_window=min_batch_window, max_shard_requests=max_shard_requests)
+    code = local.run_command(manifest, ledger, json_output, poll, settings)
     raise typer.Exit(code)
 
 

@@ -1,0 +1,191 @@
+"""The engine's pure parts: custom ids, rendering, admission of bad input, sharding, routing, prices, limiter."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from barge.api.batchjob import LLMBatchJobSpec
+from barge.batch import plan, prices
+from barge.batch.fallback import RateLimiter
+from barge.batch.render import CUSTOM_ID, Renderer, make_custom_id
+from barge.batch.routing import missing, route
+from barge.providers.base import Outcome, Request, Result, Usage
+from barge.storage import StorageError, StoragePolicy, locate, read_lines
+
+
+def spec(**over: Any) -> LLMBatchJobSpec:
+    base: dict[str, Any] = {
+        "provider": {"type": "anthropic", "model": "claude-sonnet-4-6", "secretRef": {"name": "k"}},
+        "input": {"url": "in.jsonl"},
+        "output": {"url": "out/"},
+        "request": {"template": "Claim {{ id }}: {{ text }}", "system": "Classify.", "maxTokens": 100},
+    }
+    base.update(over)
+    return LLMBatchJobSpec.model_validate(base)
+
+
+def encode(request: Request) -> bytes:
+    return json.dumps({"custom_id": request.custom_id, "user": request.user}).encode()
+
+
+def test_custom_id_is_deterministic_and_safe() -> None:
+    values = {"id": "8841207", "promptVersion": "v3", "runDate": "2026-11-04"}
+    assert make_custom_id("claim-{id}-{promptVersion}-{runDate}", values) == "claim-8841207-v3-2026-11-04"
+    odd = make_custom_id("{id}", {"id": "ACME/claims 7#"})
+    assert CUSTOM_ID.match(odd)
+    assert odd == make_custom_id("{id}", {"id": "ACME/claims 7#"})  # stable across runs
+    assert odd != make_custom_id("{id}", {"id": "ACME claims/7#"})  # sanitising never merges two ids
+    long = make_custom_id("{id}", {"id": "x" * 200})
+    assert len(long) == 64
+    assert CUSTOM_ID.match(long)
+
+
+CORPUS: list[tuple[bytes, str | None]] = [
+    (b'{"id": "1", "text": "fine"}', None),
+    (b'{"id": 2, "text": "integer ids are fine"}', None),
+    (b'{"id": "3", "text": "crlf"}\r', None),
+    (b"{not json", "malformed_json"),
+    (b'{"text": "no id"}', "missing_id"),
+    (b'{"id": "1", "text": "same id again"}', "duplicate_id"),
+    (b'{"id": 4.5, "text": "float id"}', "bad_id"),
+    (b'{"id": null, "text": "null id"}', "bad_id"),
+    (b'{"id": "5"}', "template_error"),
+    (b"", "empty_line"),
+    (b"   ", "empty_line"),
+    (b'["a", "list"]', "malformed_json"),
+    (b'{"id": "6", "text": "' + b"y" * 2_000_000 + b'"}', "request_too_large"),
+]
+
+
+def test_bad_input_corpus_every_line_ends_visible(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(line for line, _ in CORPUS) + b"\n")
+    s = spec()
+    lines = list(read_lines(str(path), StoragePolicy()))
+    assert len(lines) == len(CORPUS)
+    rows = list(plan.admit(lines, Renderer(s, "2026-11-30", "t"), plan.RequestFactory("m", s.request), encode))
+    assert [r["line"] for r in rows] == list(range(1, len(CORPUS) + 1))
+    for row, (_, expected) in zip(rows, CORPUS, strict=True):
+        if expected is None:
+            assert row["state"] == "pending", row
+        else:
+            assert row["state"] == "invalid"
+            assert row["error_type"] == expected, row
+            assert row["reason"]
+    assert rows[0]["custom_id"] == "1-v1-2026-11-30"  # the BOM did not stick to the first line
+    assert rows[0]["payload"] == "Claim 1: fine"
+    assert rows[8]["reason"].startswith("template references a missing field")
+    assert len({r["custom_id"] for r in rows}) == len(rows)
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    assert list(read_lines(str(path), StoragePolicy())) == []
+
+
+def test_sandbox_refuses_attribute_escapes() -> None:
+    s = spec(request={"template": "{{ text.__class__.__mro__ }}"})
+    rows = list(
+        plan.admit(
+            [(1, b'{"id": "1", "text": "x"}')], Renderer(s, "d", "t"), plan.RequestFactory("m", s.request), encode
+        )
+    )
+    assert rows[0]["state"] == "invalid"
+    assert rows[0]["error_type"] == "template_error"
+
+
+def test_shards_respect_count_and_bytes() -> None:
+    items = [(f"c{n}", 100) for n in range(25)]
+    assert [len(s) for s in plan.shards(items, 10, 10_000)] == [10, 10, 5]
+    assert [len(s) for s in plan.shards(items, 100, 505)] == [5, 5, 5, 5, 5]
+    assert [x for s in plan.shards(items, 7, 10_000) for x in s] == [c for c, _ in items]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "attempts", "state", "spent"),
+    [
+        (Outcome.SUCCEEDED, 0, "succeeded", 1),
+        (Outcome.REFUSED, 0, "refused", 1),
+        (Outcome.INVALID, 0, "invalid", 1),
+        (Outcome.TRANSIENT, 0, "pending", 1),
+        (Outcome.TRANSIENT, 2, "failed", 3),
+        (Outcome.EXPIRED, 1, "pending", 2),
+        (Outcome.EXPIRED, 2, "failed", 3),
+        (Outcome.CANCELED, 2, "pending", 2),
+    ],
+)
+def test_routing_table(outcome: Outcome, attempts: int, state: str, spent: int) -> None:
+    change = route(Result("c", outcome, error_type="t", message="m"), attempts, max_attempts=3)
+    assert change.state == state
+    assert change.attempts == spent
+
+
+def test_missing_results_are_transient() -> None:
+    assert route(missing("c"), 0, 3).state == "pending"
+    assert route(missing("c"), 0, 3).error_type == "missing_result"
+
+
+def test_prices() -> None:
+    table = prices.load()
+    usage = Usage(
+        input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=1_000_000, cache_write_tokens=1_000_000
+    )
+    assert table.cost("claude-sonnet-4-6", usage, batch=False) == Decimal("24.30")
+    assert table.cost("claude-sonnet-4-6", Usage(input_tokens=1), batch=True) == Decimal("0.0000015")
+    assert table.cost("claude-sonnet-4-6", usage, batch=True) == Decimal("12.15")
+    assert table.price("gpt-4o-mini-batch") == table.price("gpt-4o-mini")  # Azure deployment names by prefix
+    assert table.cost("unknown-model", usage, batch=True) == 0
+    assert prices.money(Decimal("1.500000")) == "1.5"
+    assert prices.money(Decimal("0")) == "0"
+
+
+async def test_rate_limiter_paces_requests() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    limiter = RateLimiter(requests_per_minute=60, tokens_per_minute=0, clock=lambda: now[0])
+    original = asyncio.sleep
+    asyncio.sleep = fake_sleep  # type: ignore[assignment]
+    try:
+        for _ in range(70):
+            await limiter.acquire(10)
+        limiter.pause(5)
+        await limiter.acquire(10)
+    finally:
+        asyncio.sleep = original
+    # 60 in the bucket, 10 more at one a second (t=10), then a 5 s pause during which the bucket refills
+    assert now[0] == pytest.approx(15, abs=0.01)
+    assert slept[-1] == pytest.approx(5, abs=0.01)
+
+
+def test_storage_safety(tmp_path: Path) -> None:
+    root = tmp_path / "allowed"
+    root.mkdir()
+    (root / "in.jsonl").write_text("{}\n")
+    policy = StoragePolicy(allowed_roots=(root,))
+    assert locate(f"file://{root}/in.jsonl", policy)[1] == str(root / "in.jsonl")
+    for bad in (
+        f"file://{root}/../secret",
+        "file:///etc/passwd",
+        "relative.jsonl",
+        "ftp://host/x",
+        "http://169.254.169.254/latest/meta-data",
+        "http://metadata.google.internal/x",
+        "s3://b/../x",
+    ):
+        with pytest.raises(StorageError):
+            locate(bad, policy)
+    (root / "link").symlink_to("/etc")
+    with pytest.raises(StorageError, match="outside the allowed file roots"):
+        locate(f"file://{root}/link/passwd", policy)
