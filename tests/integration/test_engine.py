@@ -55,8 +55,8 @@ def provider_for(kind: str, url: str, key: str = "k") -> Any:
     return make_provider(kind, key, base_url=f"{url}/v1" if kind == "openai" else url, sync_retries=0)
 
 
-async def run_to_end(runner: JobRunner, timeout: float = 60) -> Snapshot:
-    async with asyncio.timeout(timeout):
+async def run_to_end(runner: JobRunner, limit: float = 60) -> Snapshot:
+    async with asyncio.timeout(limit):
         while True:
             snap = await runner.step()
             if snap.terminal or snap.phase == "Pending":
@@ -206,7 +206,7 @@ async def test_success_ratio_is_judged(start_emulator: Factory, tmp_path: Path) 
     )
     assert snap.phase == "Failed"
     assert next(c for c in snap.conditions if c["type"] == "Failed")["reason"] == "SuccessRatioNotMet"
-    ok, bad = check_accounting(tmp_path, snap, 100)
+    _, bad = check_accounting(tmp_path, snap, 100)
     assert 10 < len(bad) < 60
 
 
