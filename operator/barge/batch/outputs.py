@@ -6,9 +6,9 @@ and failed items in failures.jsonl (with the line number and the reason).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from typing import Any
+
+import orjson
 
 from barge.ledger import Ledger
 from barge.storage import StoragePolicy, join, write_lines
@@ -22,39 +22,42 @@ def _real_id(custom_id: str) -> str | None:
 
 
 def result_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
-    page: list[dict[str, Any]] = []
-
-    def emit(items: list[dict[str, Any]]) -> Iterator[bytes]:
-        found = ledger.results_by_id(job, [i["custom_id"] for i in items])
-        for item in items:
-            r = found.get(item["custom_id"], {})
-            yield json.dumps(
-                {
-                    "id": item["item_id"],
-                    "custom_id": item["custom_id"],
-                    "status": item["state"],
-                    "output": r.get("output", ""),
-                    "usage": {
-                        k: int(r.get(k, 0))
-                        for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-                    },
-                    "via": r.get("via", item["via"] or "batch"),
-                    "attempt": int(r.get("attempt", item["attempts"])),
+    for (
+        _,
+        item_id,
+        custom_id,
+        state,
+        via,
+        attempts,
+        output,
+        tin,
+        tout,
+        tcr,
+        tcw,
+        rvia,
+        rattempt,
+    ) in ledger.joined_results(job, RESULT_STATES):
+        yield orjson.dumps(
+            {
+                "id": item_id,
+                "custom_id": custom_id,
+                "status": state,
+                "output": output or "",
+                "usage": {
+                    "input_tokens": tin or 0,
+                    "output_tokens": tout or 0,
+                    "cache_read_tokens": tcr or 0,
+                    "cache_write_tokens": tcw or 0,
                 },
-                ensure_ascii=False,
-            ).encode()
-
-    for item in ledger.iter_items(job, states=RESULT_STATES):
-        page.append(item)
-        if len(page) >= 2000:
-            yield from emit(page)
-            page = []
-    yield from emit(page)
+                "via": rvia or via or "batch",
+                "attempt": rattempt or attempts,
+            }
+        )
 
 
 def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
     for item in ledger.iter_items(job, states=FAILURE_STATES):
-        yield json.dumps(
+        yield orjson.dumps(
             {
                 "line": item["line"],
                 "id": item["item_id"],
@@ -62,9 +65,8 @@ def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
                 "status": item["state"],
                 "reason": item["reason"],
                 "error_type": item["error_type"],
-            },
-            ensure_ascii=False,
-        ).encode()
+            }
+        )
 
 
 def write_outputs(ledger: Ledger, job: str, output_url: str, policy: StoragePolicy) -> tuple[int, int]:

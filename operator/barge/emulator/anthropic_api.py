@@ -108,8 +108,11 @@ async def create_batch(request: web.Request) -> web.Response:
     store = _store(request)
     if request.content_length and request.content_length > MAX_BYTES:
         return error(413, f"Request exceeds the maximum size of {MAX_BYTES} bytes")
+    raw = await request.read()
+    if len(raw) > MAX_BYTES:  # a chunked upload has no Content-Length to check up front
+        return error(413, f"Request exceeds the maximum size of {MAX_BYTES} bytes")
     try:
-        body = json.loads(await request.read())
+        body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return error(400, "Request body is not valid JSON")
     if store.profile.billing_error:

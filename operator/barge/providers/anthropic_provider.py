@@ -1,7 +1,7 @@
 """Anthropic Message Batches and Messages through the `anthropic` SDK.
 
-The create body is assembled from already-encoded request bytes and posted as-is through the SDK's client
-(retries off), so memory stays near one shard's size instead of the several copies a list of dicts costs.
+The create body is streamed from already-encoded request bytes through the SDK's client (retries off), so
+memory stays flat instead of holding the several copies of a shard that a list of dicts costs.
 Anthropic batches carry no metadata: orphan adoption matches them by time window, size and result ids.
 """
 
@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import anthropic
+import orjson
 from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
@@ -105,23 +106,35 @@ class AnthropicProvider:
         ).encode()
 
     async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
-        body = b'{"requests":[' + b",".join(lines) + b"]}"
+        async def body() -> AsyncIterator[bytes]:
+            # Streamed (chunked) straight from the ledger: memory stays flat whatever the shard's size.
+            yield b'{"requests":['
+            chunk = bytearray()
+            for n, line in enumerate(lines):
+                if n:
+                    chunk += b","
+                chunk += line
+                if len(chunk) >= 1 << 20:
+                    yield bytes(chunk)
+                    chunk.clear()
+            yield bytes(chunk) + b"]}"
+
         try:
             batch = await self._create_client.post(
                 "/v1/messages/batches",
                 cast_to=MessageBatch,
-                content=body,
+                content=body(),
                 options={"headers": {"Content-Type": "application/json"}},
             )
         except anthropic.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, anthropic) from exc
         return _info(batch)
 
     async def retrieve(self, batch_id: str) -> BatchInfo:
         try:
             return _info(await self.client.messages.batches.retrieve(batch_id))
         except anthropic.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, anthropic) from exc
 
     async def list_recent(self, limit: int = 100) -> list[BatchInfo]:
         out: list[BatchInfo] = []
@@ -131,28 +144,28 @@ class AnthropicProvider:
                 if len(out) >= limit:
                     break
         except anthropic.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, anthropic) from exc
         return out
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         try:
             return _info(await self.client.messages.batches.cancel(batch_id))
         except anthropic.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, anthropic) from exc
 
     async def results(self, batch_id: str) -> AsyncIterator[Result]:
         try:
             async with self.client.messages.batches.with_streaming_response.results(batch_id) as response:
                 async for line in jsonl.lines(response.iter_bytes()):
-                    yield result_from_line(json.loads(line))
+                    yield result_from_line(orjson.loads(line))
         except anthropic.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, anthropic) from exc
 
     async def complete(self, request: Request) -> Result:
         try:
             message = await self.client.messages.create(**params(request))
         except anthropic.APIError as exc:
-            error = from_sdk(exc)
+            error = from_sdk(exc, anthropic)
             if isinstance(error, Fatal):
                 raise error from exc
             outcome = Outcome.TRANSIENT if isinstance(error, Transient) else Outcome.INVALID

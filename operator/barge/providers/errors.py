@@ -7,8 +7,7 @@ Fatal     -> stops the whole job (authentication, permission, billing / credit).
 
 from __future__ import annotations
 
-import anthropic
-import openai
+from types import ModuleType
 
 
 class ProviderError(Exception):
@@ -96,13 +95,14 @@ def classify(status: int | None, kind: str, message: str) -> type[ProviderError]
     return Invalid
 
 
-def from_sdk(exc: BaseException) -> ProviderError:
-    """Map an exception from either SDK to a domain error (the caller chains it with `from exc`)."""
-    if isinstance(exc, anthropic.APITimeoutError | openai.APITimeoutError):
+def from_sdk(exc: BaseException, sdk: ModuleType) -> ProviderError:
+    """Map an exception from `sdk` (the anthropic or openai module: their error classes share names) to a
+    domain error; the caller chains it with `from exc`. Taking the module keeps each SDK imported only when used."""
+    if isinstance(exc, sdk.APITimeoutError):
         return Transient(f"timeout: {exc}", error_type="timeout")
-    if isinstance(exc, anthropic.APIConnectionError | openai.APIConnectionError):
+    if isinstance(exc, sdk.APIConnectionError):
         return Transient(f"connection failed: {exc}", error_type="connection_error")
-    if not isinstance(exc, anthropic.APIStatusError | openai.APIStatusError):
+    if not isinstance(exc, sdk.APIStatusError):
         return Transient(f"unexpected error: {exc!r}", error_type="unknown")
     kind, message = _body_type(exc.body)
     message = message or str(exc)

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import anthropic
-import openai
-
-from barge.providers.anthropic_provider import AnthropicProvider
 from barge.providers.base import BatchProvider
-from barge.providers.openai_provider import OpenAIProvider
 
 DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
 
@@ -17,12 +12,21 @@ def make_provider(
 ) -> BatchProvider:
     """`base_url` is handed to the SDK unchanged (for Azure it is the endpoint). Batch creates never retry;
     `sync_retries` applies to reads and to synchronous calls."""
+    # Each SDK is imported only when its provider is used: the anthropic SDK alone costs ~90 MB of RSS.
     if kind == "anthropic":
+        import anthropic
+
+        from barge.providers.anthropic_provider import AnthropicProvider
+
         return AnthropicProvider(
             anthropic.AsyncAnthropic(
                 api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=sync_retries
             )
         )
+    import openai
+
+    from barge.providers.openai_provider import OpenAIProvider
+
     if kind == "openai":
         return OpenAIProvider(
             openai.AsyncOpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=sync_retries)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import openai
+import orjson
 from openai.types import Batch
 
 from barge.providers import jsonl
@@ -120,14 +121,14 @@ class OpenAIProvider:
                 metadata=metadata or None,
             )
         except openai.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, openai) from exc
         return _info(batch)
 
     async def retrieve(self, batch_id: str) -> BatchInfo:
         try:
             return _info(await self.client.batches.retrieve(batch_id))
         except openai.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, openai) from exc
 
     async def list_recent(self, limit: int = 100) -> list[BatchInfo]:
         out: list[BatchInfo] = []
@@ -137,7 +138,7 @@ class OpenAIProvider:
                 if len(out) >= limit:
                     break
         except openai.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, openai) from exc
         return out
 
     async def cancel(self, batch_id: str) -> BatchInfo:
@@ -147,7 +148,7 @@ class OpenAIProvider:
             current = await self.retrieve(batch_id)
             if current.ended:  # cancelling an ended batch is not an error for Barge
                 return current
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, openai) from exc
 
     async def results(self, batch_id: str) -> AsyncIterator[Result]:
         try:
@@ -157,15 +158,15 @@ class OpenAIProvider:
                     continue
                 async with self.client.files.with_streaming_response.content(file_id) as response:
                     async for line in jsonl.lines(response.iter_bytes()):
-                        yield result_from_line(json.loads(line))
+                        yield result_from_line(orjson.loads(line))
         except openai.APIError as exc:
-            raise from_sdk(exc) from exc
+            raise from_sdk(exc, openai) from exc
 
     async def complete(self, request: Request) -> Result:
         try:
             completion = await self.client.chat.completions.create(**body(request))
         except openai.APIError as exc:
-            error = from_sdk(exc)
+            error = from_sdk(exc, openai)
             if isinstance(error, Fatal):
                 raise error from exc
             outcome = Outcome.TRANSIENT if isinstance(error, Transient) else Outcome.INVALID
