@@ -21,8 +21,9 @@ EXAMPLE = REPO / "examples" / "claims"
 
 def barge(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BARGE_API_KEY": "k", "BARGE_POLL_SECONDS": "0.5"}
-    return subprocess.run([sys.executable, "-m", "barge.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "barge.cli", *args], env=env, capture_output=True, text=True, timeout=300, cwd=cwd
+    )
 
 
 def example_manifest(tmp_path: Path, url: str, count: int) -> Path:
@@ -67,22 +68,51 @@ def test_plan_prints_shards_costs_and_invalid_lines(tmp_path: Path) -> None:
 
 
 def test_bad_input_file_every_line_accounted(tmp_path: Path) -> None:
-    lines = [b'{"id": "a", "text": "ok"}', b"{nope", b'{"text": "no id"}', b'{"id": "a", "text": "dup"}',
-             b'{"id": {"x": 1}, "text": "object id"}', b"", b'{"id": "b"}', b'{"id": "c", "text": "fine"}\r']
+    lines = [
+        b'{"id": "a", "text": "ok"}',
+        b"{nope",
+        b'{"text": "no id"}',
+        b'{"id": "a", "text": "dup"}',
+        b'{"id": {"x": 1}, "text": "object id"}',
+        b"",
+        b'{"id": "b"}',
+        b'{"id": "c", "text": "fine"}\r',
+    ]
     (tmp_path / "in.jsonl").write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")
     with EmulatorThread(load_profile(None)) as emu:
-        (tmp_path / "job.yaml").write_text(yaml.safe_dump({
-            "apiVersion": "barge.dev/v1alpha1", "kind": "LLMBatchJob", "metadata": {"name": "bad-input"},
-            "spec": {"provider": {"type": "openai", "model": "gpt-4o-mini", "secretRef": {"name": "k"},
-                                  "baseURL": f"{emu.url}/v1"},
-                     "input": {"url": "in.jsonl"}, "output": {"url": "out/"}, "successRatio": "0.25",
-                     "request": {"template": "{{ text }}", "maxTokens": 20}}}))
+        (tmp_path / "job.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "barge.dev/v1alpha1",
+                    "kind": "LLMBatchJob",
+                    "metadata": {"name": "bad-input"},
+                    "spec": {
+                        "provider": {
+                            "type": "openai",
+                            "model": "gpt-4o-mini",
+                            "secretRef": {"name": "k"},
+                            "baseURL": f"{emu.url}/v1",
+                        },
+                        "input": {"url": "in.jsonl"},
+                        "output": {"url": "out/"},
+                        "successRatio": "0.25",
+                        "request": {"template": "{{ text }}", "maxTokens": 20},
+                    },
+                }
+            )
+        )
         out = barge("run", "job.yaml", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     ok = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     bad = [json.loads(x) for x in (tmp_path / "out" / "failures.jsonl").read_text().splitlines()]
     assert sorted(r["id"] for r in ok) == ["a", "c"]
     assert sorted(f["line"] for f in bad) == [2, 3, 4, 5, 6, 7]
-    assert {f["error_type"] for f in bad} == {"malformed_json", "missing_id", "duplicate_id", "bad_id",
-                                              "empty_line", "template_error"}
+    assert {f["error_type"] for f in bad} == {
+        "malformed_json",
+        "missing_id",
+        "duplicate_id",
+        "bad_id",
+        "empty_line",
+        "template_error",
+    }
     assert all(f["status"] == "invalid" and f["reason"] for f in bad)

@@ -15,56 +15,46 @@ from barge.storage import StoragePolicy, join, write_lines
 
 RESULT_STATES = ("succeeded", "refused")
 FAILURE_STATES = ("invalid", "failed")
-
-
-def _real_id(custom_id: str) -> str | None:
-    return None if custom_id.startswith("#") else custom_id
+RESULT_COLUMNS = (
+    "item_id, custom_id, state, output, input_tokens, output_tokens, cache_read_tokens, "
+    "cache_write_tokens, via, attempts"
+)
 
 
 def result_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
-    for (
-        _,
-        item_id,
-        custom_id,
-        state,
-        via,
-        attempts,
-        output,
-        tin,
-        tout,
-        tcr,
-        tcw,
-        rvia,
-        rattempt,
-    ) in ledger.joined_results(job, RESULT_STATES):
+    for _, item_id, cid, state, output, tin, tout, tcr, tcw, via, attempts in ledger.iter_items(
+        job, RESULT_COLUMNS, RESULT_STATES
+    ):
         yield orjson.dumps(
             {
                 "id": item_id,
-                "custom_id": custom_id,
+                "custom_id": cid,
                 "status": state,
                 "output": output or "",
                 "usage": {
-                    "input_tokens": tin or 0,
-                    "output_tokens": tout or 0,
-                    "cache_read_tokens": tcr or 0,
-                    "cache_write_tokens": tcw or 0,
+                    "input_tokens": tin,
+                    "output_tokens": tout,
+                    "cache_read_tokens": tcr,
+                    "cache_write_tokens": tcw,
                 },
-                "via": rvia or via or "batch",
-                "attempt": rattempt or attempts,
+                "via": via or "batch",
+                "attempt": attempts,
             }
         )
 
 
 def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
-    for item in ledger.iter_items(job, states=FAILURE_STATES):
+    for line, item_id, cid, state, reason, error_type in ledger.iter_items(
+        job, "item_id, custom_id, state, reason, error_type", FAILURE_STATES
+    ):
         yield orjson.dumps(
             {
-                "line": item["line"],
-                "id": item["item_id"],
-                "custom_id": _real_id(item["custom_id"]),
-                "status": item["state"],
-                "reason": item["reason"],
-                "error_type": item["error_type"],
+                "line": line,
+                "id": item_id,
+                "custom_id": None if cid.startswith("#") else cid,
+                "status": state,
+                "reason": reason,
+                "error_type": error_type,
             }
         )
 

@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
 from barge.batch import failpoints, plan, prices
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
+from barge.batch.ingest import Report, ingest
 from barge.batch.outputs import write_outputs
 from barge.batch.render import Renderer
-from barge.batch.routing import missing, route
+from barge.batch.routing import route
 from barge.batch.snapshot import Snapshot, build_snapshot
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result, Usage
@@ -63,20 +63,9 @@ class Job:
 
     @property
     def spec_hash(self) -> str:
-        fixed = self.spec.model_dump(mode="json", by_alias=True, include=set(_python_names()))
+        names = [n for n, info in LLMBatchJobSpec.model_fields.items() if (info.alias or n) in IMMUTABLE_SPEC_FIELDS]
+        fixed = self.spec.model_dump(mode="json", by_alias=True, include=set(names))
         return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()
-
-
-def _python_names() -> list[str]:
-    fields = LLMBatchJobSpec.model_fields
-    return [name for name, info in fields.items() if (info.alias or name) in IMMUTABLE_SPEC_FIELDS]
-
-
-def _sum_usage(results: list[Result]) -> Usage:
-    total = Usage()
-    for r in results:
-        total = total + r.usage
-    return total
 
 
 class JobRunner:
@@ -107,19 +96,18 @@ class JobRunner:
     async def step(self) -> Snapshot:
         key = self.job.key
         row = self.ledger.ensure_job(key, self.job.spec_hash)
-        if row["spec_hash"] != self.job.spec_hash:
-            self.ledger.set_job(
-                key,
-                fatal="the ledger holds this job with a different spec; immutable fields "
-                "cannot change (use a new name or a new ledger)",
-                phase="Failed",
+        if row["spec_hash"] != self.job.spec_hash and not row["fatal"]:
+            self._fail(
+                "the ledger holds this job with a different spec; immutable fields cannot change "
+                "(use a new name or a new ledger)",
+                write=False,
             )
         row = self.ledger.job(key) or row
         if row["fatal"] or row["phase"] in ("Succeeded", "Failed"):
             return self.snapshot()
         if not row["planned"]:
             self._plan()
-        if self._budget_hold():
+        if self.budget_hold():
             return self.snapshot()
         try:
             await self._reconcile_intents()
@@ -129,14 +117,13 @@ class JobRunner:
                 return self.snapshot()
             now = self.clock()
             deadline = self.job.spec.deadline.timestamp() if self.job.spec.deadline else None
-            if deadline is not None and now >= deadline and not self.ledger.job(key)["cutoff_done"]:  # type: ignore[index]
+            if deadline is not None and now >= deadline and not row["cutoff_done"]:
                 await self._cancel_live(
                     "DeadlineExceeded",
                     "deadline reached: in-flight batches cancelled, leftovers go to the synchronous path",
                 )
                 self.ledger.set_job(key, cutoff_done=True)
-            near = deadline is not None and deadline - now < self.settings.min_batch_window
-            if self.sync_only or near:
+            if self.sync_only or (deadline is not None and deadline - now < self.settings.min_batch_window):
                 await self._fallback()
             else:
                 await self._submit()
@@ -146,24 +133,19 @@ class JobRunner:
         return self.snapshot()
 
     def snapshot(self) -> Snapshot:
-        return build_snapshot(self.ledger, self.job, self.prices, self.settings.status_batches, self.clock())
+        return build_snapshot(
+            self.ledger, self.job, self.prices, self.settings.status_batches, self.clock(), held=self.budget_hold()
+        )
 
-    # --- planning ---------------------------------------------------------------------------------------------
+    # --- planning and budget ----------------------------------------------------------------------------------
     def _plan(self) -> None:
         renderer = Renderer(self.job.spec, self.job.run_date, self.job.tenant)
-        rows = plan.admit(self.job.lines(), renderer, self.factory, self.provider.encode)
-        total = self.ledger.add_items(self.job.key, rows)
-        counts = self.ledger.counts(self.job.key)
-        estimate = self._estimate(("pending",), batch=not self.sync_only)
-        self.ledger.set_job(
-            self.job.key,
-            planned=True,
-            total=total,
-            started_at=self.clock(),
-            estimated_cost=prices.money(estimate),
-            phase="Submitting",
+        total = self.ledger.add_items(
+            self.job.key, plan.admit(self.job.lines(), renderer, self.factory, self.provider.encode)
         )
-        invalid = counts.get("invalid", 0)
+        invalid = self.ledger.counts(self.job.key).get("invalid", 0)
+        self.ledger.set_job(self.job.key, planned=True, total=total, started_at=self.clock(), phase="Submitting")
+        estimate = self.estimate(batch=not self.sync_only)
         self.on_event(
             "Admitted",
             f"{total} items read, {invalid} invalid; estimated cost up to ${prices.money(estimate)}",
@@ -172,45 +154,67 @@ class JobRunner:
         if invalid:
             self.on_event("InvalidItems", f"{invalid} input lines are invalid (see failures.jsonl)", "Warning")
 
-    def _estimate(self, states: tuple[str, ...], *, batch: bool) -> Decimal:
+    def estimate(self, *, batch: bool, states: tuple[str, ...] = ("pending", "submitting", "submitted")) -> Decimal:
         """Upper bound: estimated input tokens plus max_tokens of output for every item in `states`."""
-        tokens = 0
-        count = 0
-        for item in self.ledger.iter_items(self.job.key, states=states):
-            tokens += int(item["est_tokens"])
-            count += 1
+        tokens, count = self.ledger.estimate_inputs(self.job.key, states)
         usage = Usage(input_tokens=tokens, output_tokens=count * self.job.spec.request.max_tokens)
         return self.prices.cost(self.job.model, usage, batch=batch)
 
-    def _budget_hold(self) -> bool:
-        """Refuse to submit while the estimate is over budget (the job waits for a larger budget)."""
+    def budget_hold(self) -> bool:
+        """Refuse to submit anything while the estimate is over budget (the job waits for a larger budget)."""
         budget = self.job.spec.budget
-        row = self.ledger.job(self.job.key) or {}
-        if budget is None or self.ledger.batch_ids(self.job.key):
+        if (
+            budget is None
+            or self.ledger.batches_of(self.job.key)
+            or not (self.ledger.job(self.job.key) or {}).get("planned")
+        ):
             return False
-        estimate = Decimal(row.get("estimated_cost", "0"))
-        return estimate > budget.max_cost
+        return self.estimate(batch=not self.sync_only) > budget.max_cost
+
+    def _within_budget(self) -> bool:
+        """Resubmissions stop when what was spent plus what remains would pass the budget."""
+        budget = self.job.spec.budget
+        if budget is None or not self.ledger.batches_of(self.job.key):
+            return True
+        spent = Decimal(self.snapshot().usage["costUSD"])
+        remaining = self.estimate(batch=True, states=("pending",))
+        if spent + remaining <= budget.max_cost:
+            return True
+        reason = f"budget: spent ${prices.money(spent)} + ${prices.money(remaining)} to go > ${budget.max_cost_usd}"
+        left = [
+            ItemUpdate(cid, "failed", "budget_exceeded", reason)
+            for _, cid in self.ledger.iter_items(self.job.key, "custom_id", ("pending",))
+        ]
+        self.ledger.apply(self.job.key, left)
+        self.on_event("BudgetExceeded", f"{len(left)} items not resubmitted: {reason}", "Warning")
+        return False
 
     # --- submission -------------------------------------------------------------------------------------------
     def _shard_lines(self, shard: str) -> Iterator[bytes]:
-        for item in self.ledger.iter_items(self.job.key, states=("submitting",), shard=shard):
-            yield self.provider.encode(self.factory(item["custom_id"], item["payload"]))
+        for _, cid, payload in self.ledger.iter_items(self.job.key, "custom_id, payload", ("submitting",), shard=shard):
+            yield self.provider.encode(self.factory(cid, payload))
+
+    def _shards(self) -> Iterator[tuple[int, int, int, int]]:
+        """(first line, last line, count, max attempts so far) of each shard of the pending items."""
+        limit = min(self.provider.max_requests, self.settings.max_shard_requests or self.provider.max_requests)
+        first = last = count = size = attempts = 0
+        for line, length, tries in self.ledger.iter_items(self.job.key, "size, attempts", ("pending",)):
+            if count and (count >= limit or size + length + 1 > self.provider.max_bytes):
+                yield first, last, count, attempts
+                count = size = attempts = 0
+            if not count:
+                first = line
+            last, count, size, attempts = line, count + 1, size + length + 1, max(attempts, tries)
+        if count:
+            yield first, last, count, attempts
 
     async def _submit(self) -> None:
         key = self.job.key
         if not self._within_budget():
             return
-        sizes = (
-            (i["custom_id"], len(self.provider.encode(self.factory(i["custom_id"], i["payload"]))))
-            for i in self.ledger.iter_items(key, states=("pending",))
-        )
-        limit = min(self.provider.max_requests, self.settings.max_shard_requests or self.provider.max_requests)
-        for ids in plan.shards(sizes, limit, self.provider.max_bytes):
+        for first, last, count, tries in list(self._shards()):
             shard = f"s{self.ledger.intent_count(key):05d}"
-            attempt = 1 + max(
-                (i["attempts"] for i in self.ledger.items_in(key, ("pending",), limit=len(ids))), default=0
-            )
-            self.ledger.open_intent(key, shard, attempt, ids)
+            self.ledger.open_intent(key, shard, tries + 1, first, last, count)
             failpoints.hit(failpoints.AFTER_INTENT)
             try:
                 info = await self.provider.create_batch(
@@ -223,17 +227,22 @@ class JobRunner:
                 )
                 return
             except Invalid as exc:
-                self.ledger.abandon_intent(key, shard, state="invalid")
-                self.ledger.update_items(key, [ItemUpdate(c, "invalid", exc.error_type, exc.message) for c in ids])
+                self.ledger.abandon_intent(key, shard)
+                rejected = [
+                    ItemUpdate(cid, "invalid", exc.error_type, exc.message)
+                    for line, cid in self.ledger.iter_items(key, "custom_id", ("pending",))
+                    if first <= line <= last
+                ]
+                self.ledger.apply(key, rejected)
                 self.on_event("BatchRejected", f"shard {shard} rejected: {exc.message}", "Warning")
                 continue
             except Fatal:
                 self.ledger.abandon_intent(key, shard)
                 raise
             failpoints.hit(failpoints.AFTER_CREATE)
-            self._record(shard, attempt, len(ids), info)
+            self._record(shard, tries + 1, count, info)
             self.on_event(
-                "Submitted", f"batch {info.id}: {len(ids)} requests (shard {shard}, attempt {attempt})", "Normal"
+                "Submitted", f"batch {info.id}: {count} requests (shard {shard}, attempt {tries + 1})", "Normal"
             )
 
     def _record(self, shard: str, attempt: int, requests: int, info: BatchInfo) -> None:
@@ -247,24 +256,6 @@ class JobRunner:
             info.status,
             info.created_at.timestamp(),
         )
-
-    def _within_budget(self) -> bool:
-        """Resubmissions stop when what was spent plus what remains would pass the budget."""
-        budget = self.job.spec.budget
-        if budget is None or not self.ledger.batch_ids(self.job.key):
-            return True
-        spent = Decimal(self.snapshot().usage["costUSD"])
-        remaining = self._estimate(("pending",), batch=True)
-        if spent + remaining <= budget.max_cost:
-            return True
-        reason = f"budget: spent ${prices.money(spent)} + ${prices.money(remaining)} to go > ${budget.max_cost_usd}"
-        left = [
-            ItemUpdate(i["custom_id"], "failed", "budget_exceeded", reason)
-            for i in self.ledger.iter_items(self.job.key, states=("pending",))
-        ]
-        self.ledger.update_items(self.job.key, left)
-        self.on_event("BudgetExceeded", f"{len(left)} items not resubmitted: {reason}", "Warning")
-        return False
 
     async def _reconcile_intents(self) -> None:
         """Open intents after a crash or an uncertain create: adopt the batch if it exists, else release."""
@@ -282,14 +273,13 @@ class JobRunner:
                 ),
                 None,
             )
-            if found is None and self.provider.name == "anthropic":
-                start = intent["created_at"] - 60
+            if found is None and self.provider.name == "anthropic":  # no metadata: time window + size
+                start, end = intent["created_at"] - 60, intent["created_at"] + self.settings.adopt_window
                 found = next(
                     (
                         b
                         for b in sorted(recent, key=lambda b: b.created_at)
-                        if start <= b.created_at.timestamp() <= intent["created_at"] + self.settings.adopt_window
-                        and b.request_count == intent["requests"]
+                        if start <= b.created_at.timestamp() <= end and b.request_count == intent["requests"]
                     ),
                     None,
                 )
@@ -312,114 +302,45 @@ class JobRunner:
             if info.status != batch["status"]:
                 self.ledger.set_batch(self.job.key, batch["batch_id"], status=info.status)
             if info.ended:
-                await self._ingest(batch, info)
-
-    async def _ingest(self, batch: dict[str, Any], info: BatchInfo) -> None:
-        key, batch_id = self.job.key, batch["batch_id"]
-        expected = self.ledger.attempts_of(key, batch_id)
-        max_attempts = self.job.spec.retry.max_attempts
-        changes: list[ItemUpdate] = []
-        answered: list[Result] = []
-        foreign = 0
-        fatal: Result | None = None
-        if info.errors:
-            code = str(info.errors[0].get("code") or "batch_failed")
-            message = "; ".join(str(e.get("message")) for e in info.errors[:3])
-            outcome = Outcome.TRANSIENT if code == "token_limit_exceeded" else Outcome.INVALID
-            for cid, attempts in expected.items():
-                changes.append(route(Result(cid, outcome, error_type=code, message=message), attempts, max_attempts))
-        else:
-            seen: set[str] = set()
-            async for result in self.provider.results(batch_id):
-                if len(seen) == len(expected) // 2:
-                    failpoints.hit(failpoints.MID_INGEST)
-                if result.custom_id not in expected or result.custom_id in seen:
-                    foreign += 1
-                    continue
-                seen.add(result.custom_id)
-                if result.outcome is Outcome.FATAL:
-                    fatal = result
-                    changes.append(ItemUpdate(result.custom_id, "pending", result.error_type, result.message))
-                    continue
-                changes.append(route(result, expected[result.custom_id], max_attempts))
-                if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
-                    answered.append(result)
-            if not seen and foreign:
-                self.ledger.release(key, batch_id)
-                self.ledger.set_batch(key, batch_id, ingested=True, status="foreign", ended_at=self.clock())
-                self.on_event(
-                    "ForeignBatch", f"batch {batch_id} held none of the shard's ids: not ours, released", "Warning"
+                report = await ingest(
+                    self.ledger,
+                    self.job.key,
+                    self.provider,
+                    info,
+                    self.job.spec.retry.max_attempts,
+                    self._write_part,
+                    self.clock,
                 )
-                return
-            changes += [route(missing(cid), expected[cid], max_attempts) for cid in expected.keys() - seen]
-        usage = _sum_usage(answered)
-        attempt_of = {c.custom_id: c.attempts for c in changes}
-        rows = [self._result_row(r, "batch", attempt_of.get(r.custom_id) or 1) for r in answered]
-        batch_values = {
-            "status": info.status,
-            "ended_at": self.clock(),
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cache_read_tokens": usage.cache_read_tokens,
-            "cache_write_tokens": usage.cache_write_tokens,
-            "cost_usd": str(self.prices.cost(self.job.model, usage, batch=True)),
-            "sync_cost_usd": str(self.prices.cost(self.job.model, usage, batch=False)),
-        }
-        if not self.ledger.ingest(key, batch_id, changes, rows, batch_values):
+                self._report(info, report)
+
+    def _report(self, info: BatchInfo, report: Report) -> None:
+        if report.released:
+            self.on_event(
+                "ForeignBatch", f"batch {info.id} held none of the shard's ids: not ours, released", "Warning"
+            )
             return
-        self._write_part(batch_id, rows)
-        states = _tally(changes)
+        states = report.states
         self.on_event(
             "BatchEnded",
-            f"batch {batch_id} {info.status}: "
+            f"batch {info.id} {info.status}: "
             + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-            + (f"; {foreign} unknown ids ignored" if foreign else ""),
+            + (f"; {report.foreign} unknown ids ignored" if report.foreign else ""),
             "Normal",
         )
         if states.get("pending"):
-            self.on_event("Retrying", f"{states['pending']} items from batch {batch_id} will be resubmitted", "Normal")
+            self.on_event("Retrying", f"{states['pending']} items from batch {info.id} will be resubmitted", "Normal")
         if states.get("invalid"):
             self.on_event(
                 "InvalidItems",
-                f"{states['invalid']} requests in batch {batch_id} are invalid and will not be retried",
+                f"{states['invalid']} requests in batch {info.id} are invalid and will not be retried",
                 "Warning",
             )
-        if fatal is not None:
-            raise Fatal(f"{fatal.error_type}: {fatal.message}", error_type=fatal.error_type)
+        if report.fatal is not None:
+            raise Fatal(f"{report.fatal.error_type}: {report.fatal.message}", error_type=report.fatal.error_type)
 
-    def _result_row(self, result: Result, via: str, attempt: int) -> dict[str, Any]:
-        usage = result.usage
-        cost = self.prices.cost(self.job.model, usage, batch=False) if via == "sync" else Decimal(0)
-        return {
-            "custom_id": result.custom_id,
-            "status": result.outcome.value,
-            "output": result.text,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cache_read_tokens": usage.cache_read_tokens,
-            "cache_write_tokens": usage.cache_write_tokens,
-            "via": via,
-            "attempt": attempt,
-            "cost_usd": str(cost),
-            "sync_cost_usd": str(cost),
-        }
-
-    def _write_part(self, name: str, rows: list[dict[str, Any]]) -> None:
+    def _write_part(self, name: str, lines: list[bytes]) -> None:
         """Copy results as they arrive (provider results expire after 14-30 days)."""
-        if not rows:
-            return
-        url = join(join(self.job.spec.output.url, "parts"), f"{name}.jsonl")
-        write_lines(
-            url,
-            (
-                json.dumps(
-                    {"custom_id": r["custom_id"], "status": r["status"], "output": r["output"], "via": r["via"]},
-                    ensure_ascii=False,
-                ).encode()
-                for r in rows
-            ),
-            self.job.storage,
-        )
+        write_lines(join(join(self.job.spec.output.url, "parts"), f"{name}.jsonl"), lines, self.job.storage)
 
     async def _cancel_live(self, reason: str, message: str) -> None:
         live = [b for b in self.ledger.batches_of(self.job.key, live_only=True) if not b["canceled"]]
@@ -436,64 +357,65 @@ class JobRunner:
     # --- the synchronous path -----------------------------------------------------------------------------------
     async def _fallback(self) -> None:
         key = self.job.key
-        todo = [
-            SyncItem(i["custom_id"], i["payload"], int(i["est_tokens"]))
-            for i in self.ledger.iter_items(key, states=("pending",))
-        ]
-        if not todo:
+        pending = list(self.ledger.iter_items(key, "custom_id, payload, est_tokens, attempts", ("pending",)))
+        if not pending:
             return
         if not self.job.spec.fallback.sync and not self.sync_only:
-            self.ledger.update_items(
+            self.ledger.apply(
                 key,
                 [
-                    ItemUpdate(
-                        i.custom_id, "failed", "deadline_exceeded", "deadline reached and spec.fallback.sync is false"
-                    )
-                    for i in todo
+                    ItemUpdate(r[1], "failed", "deadline_exceeded", "deadline reached and spec.fallback.sync is false")
+                    for r in pending
                 ],
             )
             return
-        attempts = {i["custom_id"]: int(i["attempts"]) for i in self.ledger.iter_items(key, states=("pending",))}
+        attempts = {r[1]: int(r[4]) for r in pending}
         fb = self.job.spec.fallback
-        limiter = RateLimiter(fb.requests_per_minute, fb.tokens_per_minute)
-        buffer: list[tuple[ItemUpdate, dict[str, Any] | None]] = []
-        self.on_event("FallingBack", f"{len(todo)} items through the synchronous path", "Normal")
-
-        def flush() -> None:
-            self.ledger.record_sync(key, [c for c, _ in buffer], [r for _, r in buffer if r is not None])
-            buffer.clear()
+        buffer: list[ItemUpdate] = []
+        self.on_event("FallingBack", f"{len(pending)} items through the synchronous path", "Normal")
 
         async def on_result(result: Result) -> None:
             before = attempts[result.custom_id]
             change = route(result, before, before + 1, via="sync")
-            row = None
             if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
-                row = self._result_row(result, "sync", before + 1)
-            buffer.append((change, row))
+                u = result.usage
+                change = ItemUpdate(
+                    change.custom_id,
+                    change.state,
+                    change.error_type,
+                    change.reason,
+                    change.attempts,
+                    "sync",
+                    result.text,
+                    (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens),
+                )
+            buffer.append(change)
             if len(buffer) >= 100:
-                flush()
+                self.ledger.apply(key, buffer)
+                buffer.clear()
 
         try:
             await run_sync(
-                todo,
+                [SyncItem(r[1], r[2], int(r[3])) for r in pending],
                 self.provider,
                 self.factory,
                 concurrency=fb.concurrency,
-                limiter=limiter,
+                limiter=RateLimiter(fb.requests_per_minute, fb.tokens_per_minute),
                 max_tokens=self.job.spec.request.max_tokens,
                 tries=self.settings.sync_tries,
                 on_result=on_result,
             )
         except* Fatal as group:
-            flush()
+            self.ledger.apply(key, buffer)
             raise group.exceptions[0] from None
-        flush()
+        self.ledger.apply(key, buffer)
 
     # --- judgement ------------------------------------------------------------------------------------------------
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, *, write: bool = True) -> None:
         self.ledger.set_job(self.job.key, fatal=message, phase="Failed", completed_at=self.clock())
         self.on_event("Failed", message, "Warning")
-        self._write_outputs()
+        if write:
+            write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
 
     def _judge(self) -> None:
         counts = self.ledger.counts(self.job.key)
@@ -509,20 +431,10 @@ class JobRunner:
             return
         ratio = Decimal(good) / Decimal(total)
         phase = "Succeeded" if ratio >= self.job.spec.ratio else "Failed"
-        self._write_outputs()
+        write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
         self.ledger.set_job(self.job.key, phase=phase, completed_at=self.clock())
         self.on_event(
             "Completed" if phase == "Succeeded" else "Failed",
             f"{good}/{total} items with a result ({ratio:.4f} vs successRatio {self.job.spec.success_ratio})",
             "Normal" if phase == "Succeeded" else "Warning",
         )
-
-    def _write_outputs(self) -> None:
-        write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
-
-
-def _tally(changes: list[ItemUpdate]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in changes:
-        out[c.state] = out.get(c.state, 0) + 1
-    return out

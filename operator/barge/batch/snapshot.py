@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from barge.batch import prices
 from barge.ledger import Ledger
+from barge.providers.base import Usage
 
 if TYPE_CHECKING:
     from barge.batch.runner import Job
@@ -57,24 +58,21 @@ class Snapshot:
         }
 
 
-def _usage(ledger: Ledger, job: str, estimated: str) -> dict[str, Any]:
-    rows = ledger.usage(job)
-    tokens = [0, 0, 0, 0]
-    cost = saved = Decimal(0)
-    for row in rows["batch"]:
-        tokens = [a + int(b) for a, b in zip(tokens, row[:4], strict=True)]
-        cost += Decimal(row[4])
-        saved += Decimal(row[5]) - Decimal(row[4])
-    for row in rows["sync"]:
-        tokens = [a + int(b) for a, b in zip(tokens, row[:4], strict=True)]
-        cost += Decimal(row[4])
+def _usage(ledger: Ledger, job: Job, table: prices.PriceTable, estimated: Decimal) -> dict[str, Any]:
+    """Tokens from the ledger; money derived from them with the price table (batch price for batch usage)."""
+    batch, sync = ledger.usage(job.key)
+    batch_usage, sync_usage = Usage(*batch), Usage(*sync)
+    batch_cost = table.cost(job.model, batch_usage, batch=True)
+    cost = batch_cost + table.cost(job.model, sync_usage, batch=False)
+    saved = table.cost(job.model, batch_usage, batch=False) - batch_cost
+    tokens = [a + b for a, b in zip(batch, sync, strict=True)]
     return {
         "inputTokens": tokens[0],
         "outputTokens": tokens[1],
         "cacheReadTokens": tokens[2],
         "cacheWriteTokens": tokens[3],
         "costUSD": prices.money(cost),
-        "estimatedCostUSD": estimated,
+        "estimatedCostUSD": prices.money(estimated),
         "savedUSD": prices.money(saved),
     }
 
@@ -83,7 +81,9 @@ def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str
     return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
-def build_snapshot(ledger: Ledger, job: Job, table: prices.PriceTable, max_batches: int, now: float) -> Snapshot:
+def build_snapshot(
+    ledger: Ledger, job: Job, table: prices.PriceTable, max_batches: int, now: float, *, held: bool
+) -> Snapshot:
     row = ledger.job(job.key) or {}
     raw = ledger.counts(job.key)
     total = sum(
@@ -100,7 +100,13 @@ def build_snapshot(ledger: Ledger, job: Job, table: prices.PriceTable, max_batch
         "retrying": raw.get("retrying", 0),
         "viaFallback": raw.get("viaFallback", 0),
     }
-    usage = _usage(ledger, job.key, str(row.get("estimated_cost", "0")))
+    tokens, count = ledger.estimate_inputs(
+        job.key, ("pending", "submitting", "submitted", "succeeded", "refused", "failed")
+    )
+    estimate = table.cost(
+        job.model, Usage(input_tokens=tokens, output_tokens=count * job.spec.request.max_tokens), batch=True
+    )
+    usage = _usage(ledger, job, table, estimate)
     all_batches = ledger.batches_of(job.key)
     batches = [
         {
@@ -116,14 +122,7 @@ def build_snapshot(ledger: Ledger, job: Job, table: prices.PriceTable, max_batch
     live = [b for b in all_batches if not b["ingested"]]
     planned = bool(row.get("planned"))
     budget = job.spec.budget
-    held = (
-        budget is not None
-        and not all_batches
-        and planned
-        and Decimal(str(row.get("estimated_cost", "0"))) > budget.max_cost
-    )
-    budget_failed = ledger.items_in(job.key, ("failed",), limit=1)
-    budget_stop = bool(budget_failed) and budget_failed[0]["error_type"] == "budget_exceeded"
+    budget_stop = raw.get("budget", 0) > 0
     fatal = str(row.get("fatal") or "")
     phase = str(row.get("phase") or "Pending")
     message = ""

@@ -7,7 +7,6 @@ Anthropic batches carry no metadata: orphan adoption matches them by time window
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any
@@ -101,9 +100,7 @@ class AnthropicProvider:
         self._create_client = client.with_options(max_retries=0)
 
     def encode(self, request: Request) -> bytes:
-        return json.dumps(
-            {"custom_id": request.custom_id, "params": params(request)}, separators=(",", ":"), ensure_ascii=False
-        ).encode()
+        return orjson.dumps({"custom_id": request.custom_id, "params": params(request)})
 
     async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
         async def body() -> AsyncIterator[bytes]:

@@ -7,7 +7,6 @@ is how orphan batches are recognised after a crash.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
@@ -105,7 +104,7 @@ class OpenAIProvider:
 
     def encode(self, request: Request) -> bytes:
         line = {"custom_id": request.custom_id, "method": "POST", "url": self.url, "body": body(request)}
-        return json.dumps(line, separators=(",", ":"), ensure_ascii=False).encode()
+        return orjson.dumps(line)
 
     async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
         try:

@@ -1,0 +1,101 @@
+"""The ledger's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
+
+One row per input line in `items`, which also holds the line's result once it has one (an item has at most
+one result, upserted by custom_id); `intents` and `batches` record every provider batch Barge meant to create
+and did create; `jobs` holds what a job decided once (planned, cut off, failed for good).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("spec_hash", String(64), nullable=False),
+    Column("planned", Boolean, nullable=False, default=False),
+    Column("total", Integer, nullable=False, default=0),
+    Column("phase", String(32), nullable=False, default="Pending"),
+    Column("fatal", Text, nullable=False, default=""),
+    Column("started_at", Float),
+    Column("completed_at", Float),
+    Column("cutoff_done", Boolean, nullable=False, default=False),
+)
+
+#: Item states: pending -> submitting (in an open intent) -> submitted (in a batch) -> a terminal state,
+#: or back to pending for another attempt.
+TERMINAL = ("succeeded", "refused", "invalid", "failed")
+RESULT_COLUMNS = ("output", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+items = Table(
+    "items",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("custom_id", String(80), primary_key=True),
+    Column("line", Integer, nullable=False),
+    Column("item_id", Text),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("shard", String(80)),
+    Column("batch_id", String(120)),
+    Column("error_type", String(80), nullable=False, default=""),
+    Column("reason", Text, nullable=False, default=""),
+    Column("est_tokens", Integer, nullable=False, default=0),
+    Column("size", Integer, nullable=False, default=0),
+    Column("via", String(8), nullable=False, default=""),
+    Column("output", Text),
+    Column("input_tokens", Integer, nullable=False, default=0),
+    Column("output_tokens", Integer, nullable=False, default=0),
+    Column("cache_read_tokens", Integer, nullable=False, default=0),
+    Column("cache_write_tokens", Integer, nullable=False, default=0),
+    Index("ix_items_line", "job", "line"),
+    Index("ix_items_state", "job", "state", "line"),
+    Index("ix_items_batch", "job", "batch_id"),
+    sqlite_with_rowid=False,  # lookups and updates go by (job, custom_id): cluster the table on it
+)
+
+#: The rendered user message of each item, apart from `items` so that the rows updated on every state change
+#: stay small (ingestion rewrites item rows in random order; 2 KB payloads in them made it I/O-bound).
+payloads = Table(
+    "payloads",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("line", Integer, primary_key=True),
+    Column("payload", Text, nullable=False),
+)
+
+intents = Table(
+    "intents",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("shard", String(80), primary_key=True),
+    Column("attempt", Integer, nullable=False),
+    Column("requests", Integer, nullable=False),
+    Column("state", String(16), nullable=False),  # open | created | abandoned
+    Column("batch_id", String(120)),
+    Column("created_at", Float, nullable=False),
+)
+
+batches = Table(
+    "batches",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("batch_id", String(120), primary_key=True),
+    Column("shard", String(80), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("requests", Integer, nullable=False),
+    Column("status", String(32), nullable=False, default=""),
+    Column("submitted_at", Float, nullable=False),
+    Column("ended_at", Float),
+    Column("ingested", Boolean, nullable=False, default=False),
+    Column("canceled", Boolean, nullable=False, default=False),
+    # usage, added chunk by chunk in the same transactions that move the chunk's items out of `submitted`
+    Column("input_tokens", Integer, nullable=False, default=0),
+    Column("output_tokens", Integer, nullable=False, default=0),
+    Column("cache_read_tokens", Integer, nullable=False, default=0),
+    Column("cache_write_tokens", Integer, nullable=False, default=0),
+)
