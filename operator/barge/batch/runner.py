@@ -95,7 +95,7 @@ class JobRunner:
     # --- the step ---------------------------------------------------------------------------------------------
     async def step(self) -> Snapshot:
         key = self.job.key
-        row = self.ledger.ensure_job(key, self.job.spec_hash)
+        row = self.ledger.ensure_job(key, self.job.spec_hash, self.job.tenant, self.job.model)
         if row["spec_hash"] != self.job.spec_hash and not row["fatal"]:
             self._fail(
                 "the ledger holds this job with a different spec; immutable fields cannot change "

@@ -17,6 +17,7 @@ from barge.api.crd import all_crds, render
 from barge.batch.runner import EngineSettings
 from barge.cli import local
 from barge.cli.demo_data import claims
+from barge.config import OperatorConfig
 from barge.emulator.profile import load_profile
 from barge.emulator.server import serve
 
@@ -122,3 +123,33 @@ def demo_data(
         for line in claims(count):
             fh.write(line + b"\n")
     typer.echo(f"wrote {count} claims to {out}")
+
+
+@app.command()
+def operator(
+    namespace: Annotated[
+        list[str] | None, typer.Option("--namespace", "-n", help="Namespace to watch (repeat).")
+    ] = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Watch every namespace.")] = False,
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics and /healthz (0: off).")] = 8080,
+    ledger: Annotated[str | None, typer.Option(help="Ledger URL (default BARGE_LEDGER_URL).")] = None,
+    peering: Annotated[
+        str | None, typer.Option(help="Kopf peering name (several replicas); default standalone.")
+    ] = None,
+) -> None:
+    """Run the Barge operator (Kopf): LLMBatchJobs in the watched namespaces, to completion.
+
+    Settings from the environment: BARGE_LEDGER_URL, BARGE_ALLOWED_FILE_ROOTS (colon-separated roots for
+    file:// inputs and outputs), BARGE_POLL_SECONDS, BARGE_MIN_BATCH_WINDOW, BARGE_MAX_SHARD_REQUESTS, BARGE_PRICES.
+    Watches every namespace when none is named.
+    """
+    from barge.operator.main import run as run_operator
+
+    config = OperatorConfig.from_env(
+        namespaces=tuple(namespace or ()),
+        all_namespaces=all_namespaces or not namespace,
+        metrics_port=metrics_port,
+        ledger_url=ledger,
+        peering=peering,
+    )
+    run_operator(config)

@@ -95,16 +95,16 @@ class Ledger:
             row = conn.execute(select(jobs).where(jobs.c.job == job)).mappings().first()
         return dict(row) if row else None
 
-    def ensure_job(self, job: str, spec_hash: str) -> dict[str, Any]:
+    def ensure_job(self, job: str, spec_hash: str, tenant: str = "", model: str = "") -> dict[str, Any]:
         found = self.job(job)
         if found is None:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(
                     self._sql(
-                        "INSERT INTO jobs (job, spec_hash, planned, total, phase, fatal, cutoff_done) "
-                        "VALUES (?, ?, ?, 0, 'Pending', '', ?) ON CONFLICT (job) DO NOTHING"
+                        "INSERT INTO jobs (job, spec_hash, tenant, model, planned, total, phase, fatal, cutoff_done) "
+                        "VALUES (?, ?, ?, ?, ?, 0, 'Pending', '', ?) ON CONFLICT (job) DO NOTHING"
                     ),
-                    (job, spec_hash, False, False),
+                    (job, spec_hash, tenant, model, False, False),
                 )
             found = self.job(job)
         assert found is not None
@@ -360,3 +360,27 @@ class Ledger:
         batch = self._rows(f"SELECT {cols} FROM batches WHERE job = ?", (job,))[0]  # noqa: S608
         sync = self._rows(f"SELECT {cols} FROM items WHERE job = ? AND via = 'sync'", (job,))[0]  # noqa: S608
         return tuple(int(x) for x in batch), tuple(int(x) for x in sync)
+
+    # --- metrics (aggregates over every job, for Prometheus) ------------------------------------------------------
+    def metric_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        usage = ", ".join(f"COALESCE(SUM(x.{c}), 0)" for c in USAGE)
+        return {
+            "items": self._rows(
+                "SELECT j.tenant, j.model, i.state, COUNT(*) FROM items i JOIN jobs j ON j.job = i.job "
+                "GROUP BY j.tenant, j.model, i.state",
+                (),
+            ),
+            "batch": self._rows(
+                f"SELECT j.tenant, j.model, {usage} FROM batches x JOIN jobs j ON j.job = x.job "  # noqa: S608
+                "GROUP BY j.tenant, j.model",
+                (),
+            ),
+            "sync": self._rows(
+                f"SELECT j.tenant, j.model, {usage} FROM items x JOIN jobs j ON j.job = x.job "  # noqa: S608
+                "WHERE x.via = 'sync' GROUP BY j.tenant, j.model",
+                (),
+            ),
+            "live": self._rows(
+                "SELECT provider, MIN(submitted_at) FROM batches WHERE ingested = ? GROUP BY provider", (False,)
+            ),
+        }

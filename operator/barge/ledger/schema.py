@@ -16,6 +16,8 @@ jobs = Table(
     metadata,
     Column("job", String(400), primary_key=True),
     Column("spec_hash", String(64), nullable=False),
+    Column("tenant", String(128), nullable=False, default=""),
+    Column("model", String(256), nullable=False, default=""),
     Column("planned", Boolean, nullable=False, default=False),
     Column("total", Integer, nullable=False, default=0),
     Column("phase", String(32), nullable=False, default="Pending"),

@@ -1,0 +1,53 @@
+"""Operator settings: one frozen, typed value built at start-up and passed explicitly (never a global)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _roots(text: str) -> tuple[Path, ...]:
+    return tuple(Path(p) for p in text.split(":") if p)
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty with all_namespaces=False means the current namespace only."""
+    all_namespaces: bool = False
+    """Watch the whole cluster."""
+    metrics_port: int = 8080
+    """Port of /metrics (Prometheus) and /healthz (liveness); 0 turns the server off."""
+    ledger_url: str = "/var/lib/barge/ledger.db"
+    """SQLite path or postgresql:// URL of the ledger (BARGE_LEDGER_URL)."""
+    allowed_file_roots: tuple[Path, ...] = ()
+    """Where file:// inputs and outputs may point (BARGE_ALLOWED_FILE_ROOTS, colon-separated); none by default."""
+    poll_seconds: float = 30.0
+    """Seconds between reconcile steps of a running job (BARGE_POLL_SECONDS), with +-20% jitter."""
+    min_batch_window: float = 3600.0
+    """Closer than this to the deadline, leftovers go to the synchronous path (BARGE_MIN_BATCH_WINDOW)."""
+    max_shard_requests: int = 0
+    """Requests per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_REQUESTS)."""
+    peering: str | None = None
+    """Kopf peering name for several operator replicas; None runs standalone."""
+    prices_file: Path | None = None
+    """A price table replacing the shipped one (BARGE_PRICES)."""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> OperatorConfig:
+        env = os.environ
+        values: dict[str, object] = {
+            "ledger_url": env.get("BARGE_LEDGER_URL", cls.ledger_url),
+            "allowed_file_roots": _roots(env.get("BARGE_ALLOWED_FILE_ROOTS", "")),
+            "poll_seconds": float(env.get("BARGE_POLL_SECONDS", cls.poll_seconds)),
+            "min_batch_window": float(env.get("BARGE_MIN_BATCH_WINDOW", cls.min_batch_window)),
+            "max_shard_requests": int(env.get("BARGE_MAX_SHARD_REQUESTS", cls.max_shard_requests)),
+            "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        config = cls(**values)  # type: ignore[arg-type]
+        if config.poll_seconds <= 0:
+            raise ValueError("poll seconds must be positive")
+        return config

@@ -1,0 +1,67 @@
+"""Every Kopf registration of Barge in one table; each delegates at once.
+
+Kopf keeps its own bookkeeping under `barge.dev/` (finalizer, progress and last-handled annotations), never
+under the default kopf.zalando.org prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from barge.batch import prices
+from barge.config import OperatorConfig
+from barge.ledger import Ledger
+from barge.operator import jobs, metrics
+from barge.operator.kube import Kube
+
+GROUP, VERSION = "barge.dev", "v1alpha1"
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    on = kopf  # registrations below go to `registry`
+
+    @on.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.persistence.finalizer = "barge.dev/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="barge.dev")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix="barge.dev", key="last-handled-configuration"
+        )
+        settings.posting.level = logging.WARNING  # Barge posts its own events; Kopf's only when something is wrong
+        ctx = jobs.Context(config, Ledger(config.ledger_url), Kube(), prices.load(config.prices_file))
+        memo["ctx"] = ctx
+        if config.metrics_port:
+            memo["server"] = await metrics.start_server(ctx, config.metrics_port)
+
+    @on.on.cleanup(registry=registry)
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        if "server" in memo:
+            await memo["server"].cleanup()
+        await memo["ctx"].kube.close()
+        memo["ctx"].ledger.close()
+
+    @on.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @on.daemon(
+        GROUP,
+        VERSION,
+        jobs.PLURAL,
+        registry=registry,
+        initial_delay=0,
+        cancellation_timeout=30,
+        when=lambda status, **_: jobs.is_running(status),
+    )
+    async def llmbatchjob(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any) -> None:
+        def post(reason: str, message: str, kind: str) -> None:
+            kopf.event(body, type=kind, reason=reason, message=message[:1000])
+
+        await jobs.run(memo["ctx"], body, stopped, post)
+
+    @on.on.delete(GROUP, VERSION, jobs.PLURAL, registry=registry, optional=False)
+    async def llmbatchjob_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        await jobs.cancel_on_delete(memo["ctx"], body)

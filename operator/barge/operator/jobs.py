@@ -1,0 +1,224 @@
+"""LLMBatchJob in the cluster: inputs and keys from the job's namespace, the engine stepped by a daemon.
+
+One daemon per non-terminal job: it resolves the Secret and the input, runs one engine step, writes the
+status subresource when something changed, and sleeps the poll interval (with jitter). A terminal job has no
+daemon (the `when` filter), so it costs nothing. Everything the daemon knows is re-derived from the ledger,
+so an operator restarted at any moment resumes every job without duplicate batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from barge.api.batchjob import TERMINAL_PHASES, LLMBatchJobSpec
+from barge.batch import prices
+from barge.batch.runner import EngineSettings, Job, JobRunner
+from barge.config import OperatorConfig
+from barge.ledger import Ledger
+from barge.operator import status as status_
+from barge.operator.kube import Kube, NotFound
+from barge.providers import BatchProvider, ProviderError, make_provider
+from barge.storage import StorageError, StoragePolicy, read_lines
+
+log = logging.getLogger("barge.operator")
+PLURAL = "llmbatchjobs"
+Poster = Callable[[str, str, str], None]
+
+
+@dataclass
+class Context:
+    """What every handler shares; built once at start-up (kept in Kopf's memo)."""
+
+    config: OperatorConfig
+    ledger: Ledger
+    kube: Kube
+    prices: prices.PriceTable
+    phases: dict[str, tuple[str, str, float | None]] = field(default_factory=dict)
+    """job key -> (phase, tenant, deadline slack seconds), for the metrics."""
+    ledger_errors: int = 0
+
+    @property
+    def settings(self) -> EngineSettings:
+        return EngineSettings(
+            min_batch_window=self.config.min_batch_window, max_shard_requests=self.config.max_shard_requests
+        )
+
+    @property
+    def policy(self) -> StoragePolicy:
+        return StoragePolicy(allowed_roots=self.config.allowed_file_roots)
+
+
+def job_key(meta: dict[str, Any]) -> str:
+    return f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
+
+
+def _inline_lines(items: list[dict[str, Any]]) -> Callable[[], Iterator[tuple[int, bytes]]]:
+    return lambda: ((n, json.dumps(item).encode()) for n, item in enumerate(items, start=1))
+
+
+def _text_lines(text: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
+    def lines() -> Iterator[tuple[int, bytes]]:
+        parts = text.encode().removeprefix(b"\xef\xbb\xbf").split(b"\n")
+        if parts and parts[-1] == b"":
+            parts.pop()  # a final newline ends the last line; it does not start an empty one
+        for n, raw in enumerate(parts, start=1):
+            yield n, raw.rstrip(b"\r")
+
+    return lines
+
+
+async def build_job(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec) -> Job:
+    namespace = meta["namespace"]
+    key = job_key(meta)
+    lines: Callable[[], Iterator[tuple[int, bytes]]]
+    if spec.input.inline is not None:
+        lines = _inline_lines(spec.input.inline)
+    elif spec.input.config_map_ref is not None:
+        planned = (ctx.ledger.job(key) or {}).get("planned")
+        ref = spec.input.config_map_ref
+        text = "" if planned else await ctx.kube.configmap_value(namespace, ref.name, ref.key)
+        lines = _text_lines(text)
+    else:
+        url, policy = str(spec.input.url), ctx.policy
+        lines = lambda: read_lines(url, policy)  # noqa: E731
+    created = str(meta.get("creationTimestamp") or datetime.now(UTC).isoformat())
+    return Job(
+        key=key,
+        spec=spec,
+        tenant=spec.tenant or namespace,
+        run_date=spec.run_date or created[:10],
+        model=spec.provider.model,
+        lines=lines,
+        storage=ctx.policy,
+    )
+
+
+async def provider_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> BatchProvider:
+    ref = spec.provider.secret_ref
+    if ref is None:
+        raise NotFound("spec.provider.secretRef is required for this provider")
+    secret = await ctx.kube.secret_value(namespace, ref.name, ref.key)
+    return make_provider(
+        spec.provider.type, secret, base_url=spec.provider.base_url, api_version=spec.provider.api_version
+    )
+
+
+async def _write(ctx: Context, meta: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    if status_.changed(old, new):
+        await ctx.kube.patch_status(PLURAL, meta["namespace"], meta["name"], new)
+        return {**old, **new}
+    return old
+
+
+async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
+    """The daemon of one job: step until terminal (or until Kopf stops it)."""
+    meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid", "creationTimestamp")}
+    current: dict[str, Any] = dict(body.get("status") or {})
+    key = job_key(meta)
+    while not stopped:
+        generation = int(body["metadata"].get("generation") or 0)
+        interval = ctx.config.poll_seconds * random.uniform(0.8, 1.2)
+        try:
+            spec = LLMBatchJobSpec.model_validate(dict(body["spec"]))
+        except ValidationError as exc:
+            message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            current = await _write(
+                ctx,
+                meta,
+                current,
+                status_.admitted_false(
+                    current.get("conditions", []), "InvalidSpec", f"invalid spec: {message}", generation
+                ),
+            )
+            await stopped.wait(interval)
+            continue
+        if spec.provider.type == "pool":
+            current = await _write(
+                ctx,
+                meta,
+                current,
+                status_.admitted_false(
+                    current.get("conditions", []),
+                    "PoolNotSupported",
+                    "provider.type pool is not supported by this operator version yet",
+                    generation,
+                ),
+            )
+            await stopped.wait(interval)
+            continue
+        try:
+            provider = await provider_for(ctx, meta["namespace"], spec)
+            job = await build_job(ctx, meta, spec)
+        except NotFound as exc:
+            current = await _write(
+                ctx,
+                meta,
+                current,
+                status_.admitted_false(current.get("conditions", []), "NotFound", f"{exc}; waiting for it", generation),
+            )
+            await stopped.wait(interval)
+            continue
+        runner = JobRunner(job, provider, ctx.ledger, ctx.prices, ctx.settings, on_event=post)
+        try:
+            snap = await runner.step()
+        except StorageError as exc:
+            current = await _write(
+                ctx,
+                meta,
+                current,
+                status_.admitted_false(current.get("conditions", []), "InputError", str(exc), generation),
+            )
+            await stopped.wait(interval)
+            continue
+        except ProviderError as exc:  # transient trouble talking to the provider: try again next poll
+            post("ProviderError", f"{exc.error_type}: {exc.message}", "Warning")
+            await stopped.wait(interval)
+            continue
+        except Exception:
+            ctx.ledger_errors += 1
+            log.exception("step of %s failed", key)
+            await stopped.wait(interval)
+            continue
+        finally:
+            await provider.close()
+        ctx.phases[key] = (snap.phase, job.tenant, snap.deadline_slack_seconds)
+        current = await _write(ctx, meta, current, status_.from_snapshot(snap, current, generation))
+        if snap.terminal:
+            return
+        await stopped.wait(interval)
+
+
+async def cancel_on_delete(ctx: Context, body: Any) -> None:
+    """Finalizer: cancel the job's in-flight provider batches; the ledger rows stay (they are the audit trail)."""
+    meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}
+    key = job_key(meta)
+    ctx.phases.pop(key, None)
+    live = ctx.ledger.batches_of(key, live_only=True)
+    if not live:
+        return
+    try:
+        provider = await provider_for(ctx, meta["namespace"], LLMBatchJobSpec.model_validate(dict(body["spec"])))
+    except (NotFound, ValidationError) as exc:
+        log.warning("%s deleted with %d batches in flight that cannot be cancelled: %s", key, len(live), exc)
+        return
+    try:
+        for batch in live:
+            try:
+                await provider.cancel(batch["batch_id"])
+                ctx.ledger.set_batch(key, batch["batch_id"], canceled=True)
+            except ProviderError as exc:
+                log.warning("cancel of %s for deleted %s failed: %s", batch["batch_id"], key, exc)
+    finally:
+        await provider.close()
+
+
+def is_running(status: dict[str, Any] | None) -> bool:
+    return (status or {}).get("phase") not in TERMINAL_PHASES
