@@ -64,8 +64,8 @@ cluster-down: ## Stop the local control plane
 	@rm -f .barge/kubeconfig
 
 ##@ Demo and benchmarks
-demo: ## The end-to-end demo (coming with the LLMBatchJob operator issue)
-	@echo "make demo: coming in a later issue (the LLMBatchJob operator). Try 'make cluster-up' and the samples."
+demo: venv tools ## Local control plane + emulator + operator; the claims-nightly sample watched to completion
+	bash tools/demo.sh
 
 bench: venv ## Benchmarks (bench/), printed as tables
 	@ls bench/*.py >/dev/null 2>&1 && for b in bench/bench_*.py; do $(PY) $$b || exit 1; done || \
