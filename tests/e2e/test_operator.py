@@ -1,0 +1,288 @@
+"""The operator end to end: `barge operator` as a process against the real local control plane, the provider
+emulator in the test process. What a platform team would check before trusting it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tools.localcluster import Cluster
+
+from barge.cli.demo_data import claims
+from barge.emulator.profile import parse_profile
+from barge.emulator.server import EmulatorThread
+from tests.conftest import REPO, kubectl_json, state
+
+SECRET = "sk-e2e-DO-NOT-LEAK-4f1c9a"
+pytestmark = pytest.mark.cluster
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Operator:
+    """`barge operator` in a subprocess; restartable, its output kept for the leak check."""
+
+    def __init__(self, cluster: Cluster, workdir: Path) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.logs: list[Path] = []
+
+    def start(self) -> None:
+        log = self.workdir / f"operator-{len(self.logs)}.log"
+        self.logs.append(log)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "BARGE_LEDGER_URL": str(self.workdir / "l.db"),
+            "BARGE_ALLOWED_FILE_ROOTS": str(self.workdir),
+            "BARGE_POLL_SECONDS": "0.5",
+            "BARGE_MIN_BATCH_WINDOW": "0",
+            "BARGE_MAX_SHARD_REQUESTS": "200",
+        }
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "barge.cli", "operator", "--all-namespaces", "--metrics-port", str(self.port)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: self.healthy(), 30, "operator /healthz")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def output(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in self.logs)
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorThread]:
+    emu = EmulatorThread(
+        parse_profile(
+            {
+                "batch": {
+                    "processingSeconds": 2,
+                    "cancelSeconds": 0.3,
+                    "outcomes": {"server_error": 0.01, "refusal": 0.005},
+                },
+                "sync": {"latencyMs": 1},
+            }
+        )
+    ).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    op = Operator(cluster, tmp_path_factory.mktemp("operator"))
+    op.start()
+    yield op
+    op.stop()
+
+
+def job_manifest(name: str, url: str, workdir: Path, *, n: int = 600, tenant: str = "", **spec: Any) -> str:
+    data = workdir / f"{name}.jsonl"
+    data.write_bytes(b"".join(line + b"\n" for line in claims(n)))
+    doc = yaml.safe_load((REPO / "manifests" / "samples" / "claims-nightly.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["provider"]["baseURL"] = url
+    doc["spec"]["input"]["url"] = f"file://{data}"
+    doc["spec"]["output"]["url"] = f"file://{workdir}/{name}-out/"
+    doc["spec"]["tenant"] = tenant or name
+    doc["spec"].update(spec)
+    return yaml.safe_dump(doc)
+
+
+def secret(cluster: Cluster, namespace: str) -> None:
+    cluster.run_kubectl("-n", namespace, "create", "secret", "generic", "anthropic", f"--from-literal=api-key={SECRET}")
+
+
+def apply(cluster: Cluster, namespace: str, manifest: str) -> None:
+    cluster.run_kubectl("-n", namespace, "apply", "-f", "-", input=manifest)
+
+
+def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return kubectl_json(cluster, "-n", namespace, "get", "lbj", name).get("status") or {}  # type: ignore[return-value]
+
+
+def phase_is(cluster: Cluster, namespace: str, name: str, *phases: str) -> Callable[[], bool]:
+    return lambda: status(cluster, namespace, name).get("phase") in phases
+
+
+def test_sample_job_succeeds_and_columns_match_outputs(
+    cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
+) -> None:
+    secret(cluster, namespace)
+    apply(cluster, namespace, job_manifest("nightly", emulator.url, operator.workdir, n=1000))
+    wait_for(phase_is(cluster, namespace, "nightly", "Succeeded"), 120, "Succeeded")
+    st = status(cluster, namespace, "nightly")
+    row = cluster.run_kubectl("-n", namespace, "get", "lbj", "nightly", "--no-headers").stdout.split()
+    assert row[1] == "Succeeded"
+    assert row[2] == f"{st['counts']['succeeded']}/1000"
+    results = (operator.workdir / "nightly-out" / "results.jsonl").read_text().splitlines()
+    failures = (operator.workdir / "nightly-out" / "failures.jsonl").read_text().splitlines()
+    assert len(results) == st["counts"]["succeeded"] + st["counts"]["refused"]
+    assert len(failures) == st["counts"]["invalid"] + st["counts"]["failed"]
+    assert len(results) + len(failures) == 1000
+    assert st["observedGeneration"] >= 1
+    assert {c["type"] for c in st["conditions"]} >= {
+        "Admitted",
+        "Submitted",
+        "Complete",
+        "Failed",
+        "DeadlineExceeded",
+        "BudgetExceeded",
+    }
+    reasons = {e["reason"] for e in kubectl_json(cluster, "-n", namespace, "get", "events")["items"]}  # type: ignore[index]
+    assert {"Admitted", "Submitted", "BatchEnded", "Completed"} <= reasons
+
+
+def test_kill_9_mid_run_then_restart_keeps_one_batch_per_shard(
+    cluster: Cluster, namespace: str, operator: Operator, start_emulator: Callable[..., EmulatorThread]
+) -> None:
+    emu = start_emulator({"batch": {"processingSeconds": 3}})
+    secret(cluster, namespace)
+    apply(cluster, namespace, job_manifest("crashy", emu.url, operator.workdir, n=800))
+    wait_for(lambda: state(emu)["batches"], 60, "a first batch")
+    operator.kill()
+    operator.start()
+    wait_for(phase_is(cluster, namespace, "crashy", "Succeeded"), 120, "Succeeded after restart")
+    batches = state(emu)["batches"]
+    seen: dict[str, int] = {}
+    for b in batches:
+        for cid in b["custom_ids"]:
+            seen[cid] = seen.get(cid, 0) + 1
+    assert len(seen) == 800
+    assert set(seen.values()) == {1}, "no item went to the provider twice"
+    assert len(batches) == 4, "800 items in shards of 200: exactly one batch per shard"
+
+
+def test_delete_cancels_the_provider_batch(
+    cluster: Cluster, namespace: str, operator: Operator, start_emulator: Callable[..., EmulatorThread]
+) -> None:
+    slow = start_emulator({"batch": {"processingSeconds": 120, "cancelSeconds": 0.2}})
+    secret(cluster, namespace)
+    apply(cluster, namespace, job_manifest("doomed", slow.url, operator.workdir, n=50))
+    wait_for(phase_is(cluster, namespace, "doomed", "Running"), 60, "Running")
+    cluster.run_kubectl("-n", namespace, "delete", "lbj", "doomed", "--wait=true", "--timeout=60s")
+    assert cluster.run_kubectl("-n", namespace, "get", "lbj", "doomed", check=False).returncode != 0
+    batch = state(slow)["batches"][0]
+    assert batch["status"] in ("canceling", "ended")
+    assert slow.store.batches[batch["id"]].cancel_at is not None
+
+
+def test_suspend_cancels_and_resume_finishes(
+    cluster: Cluster, namespace: str, operator: Operator, start_emulator: Callable[..., EmulatorThread]
+) -> None:
+    slow = start_emulator({"batch": {"processingSeconds": 8, "cancelSeconds": 0.2}})
+    secret(cluster, namespace)
+    apply(cluster, namespace, job_manifest("pausable", slow.url, operator.workdir, n=100))
+    wait_for(phase_is(cluster, namespace, "pausable", "Running"), 60, "Running")
+    cluster.run_kubectl("-n", namespace, "patch", "lbj", "pausable", "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(phase_is(cluster, namespace, "pausable", "Suspended"), 60, "Suspended")
+    first = state(slow)["batches"][0]
+    assert slow.store.batches[first["id"]].cancel_at is not None
+    time.sleep(2)
+    assert len(state(slow)["batches"]) == 1, "nothing is submitted while suspended"
+    cluster.run_kubectl("-n", namespace, "patch", "lbj", "pausable", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_for(phase_is(cluster, namespace, "pausable", "Succeeded"), 120, "Succeeded after resume")
+    assert len(state(slow)["batches"]) >= 2
+    assert (
+        status(cluster, namespace, "pausable")["counts"]["succeeded"]
+        + status(cluster, namespace, "pausable")["counts"]["refused"]
+        == 100
+    )
+
+
+def test_missing_secret_waits_then_proceeds(
+    cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
+) -> None:
+    apply(cluster, namespace, job_manifest("keyless", emulator.url, operator.workdir, n=20))
+
+    def admitted_false() -> bool:
+        conds = {c["type"]: c for c in status(cluster, namespace, "keyless").get("conditions", [])}
+        return conds.get("Admitted", {}).get("status") == "False"
+
+    wait_for(admitted_false, 60, "Admitted=False")
+    admitted = next(c for c in status(cluster, namespace, "keyless")["conditions"] if c["type"] == "Admitted")
+    assert "Secret 'anthropic' not found" in admitted["message"]
+    assert status(cluster, namespace, "keyless")["phase"] == "Pending"
+    secret(cluster, namespace)
+    wait_for(phase_is(cluster, namespace, "keyless", "Succeeded"), 120, "Succeeded once the Secret exists")
+
+
+def test_tenants_are_metered_apart_and_secrets_never_leak(
+    cluster: Cluster, operator: Operator, emulator: EmulatorThread
+) -> None:
+    for ns, tenant in (("e2e-tenant-a", "team-a"), ("e2e-tenant-b", "team-b")):
+        cluster.run_kubectl("create", "namespace", ns, check=False)
+        cluster.run_kubectl("-n", ns, "delete", "secret", "anthropic", check=False)
+        secret(cluster, ns)
+        apply(cluster, ns, job_manifest(f"metered-{tenant}", emulator.url, operator.workdir, n=40, tenant=tenant))
+    for ns, tenant in (("e2e-tenant-a", "team-a"), ("e2e-tenant-b", "team-b")):
+        wait_for(phase_is(cluster, ns, f"metered-{tenant}", "Succeeded"), 120, f"{tenant} Succeeded")
+    metrics = operator.metrics()
+    for tenant in ("team-a", "team-b"):
+        line = next(
+            x
+            for x in metrics.splitlines()
+            if x.startswith("barge_cost_usd_total{") and f'tenant="{tenant}"' in x and 'path="batch"' in x
+        )
+        assert float(line.rsplit(" ", 1)[1]) > 0
+    assert 'barge_jobs{phase="Succeeded"}' in metrics
+    everything = operator.output()
+    for ns in ("e2e-tenant-a", "e2e-tenant-b"):
+        everything += cluster.run_kubectl("-n", ns, "get", "events", "-o", "yaml").stdout
+        everything += cluster.run_kubectl("-n", ns, "get", "lbj", "-o", "yaml").stdout
+    assert SECRET not in everything
+    assert json.dumps(SECRET)[1:-1] not in everything
