@@ -33,6 +33,11 @@ class OperatorConfig:
     """Kopf peering name for several operator replicas; None runs standalone."""
     prices_file: Path | None = None
     """A price table replacing the shipped one (BARGE_PRICES)."""
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    """Prometheus that KEDA queries for vllm:num_requests_waiting (BARGE_PROMETHEUS_URL)."""
+    pool_endpoint_template: str = "http://{name}.{namespace}.svc:8000/v1"
+    """How the operator reaches an engine pool's Service (BARGE_POOL_ENDPOINT_TEMPLATE; override it when the
+    operator runs outside the cluster, e.g. through a port-forward)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -45,6 +50,8 @@ class OperatorConfig:
             "min_batch_window": float(env.get("BARGE_MIN_BATCH_WINDOW", cls.min_batch_window)),
             "max_shard_requests": int(env.get("BARGE_MAX_SHARD_REQUESTS", cls.max_shard_requests)),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
+            "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
+            "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         config = cls(**values)  # type: ignore[arg-type]

@@ -4,14 +4,8 @@ emulator in the test process. What a platform team would check before trusting i
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,114 +14,11 @@ import yaml
 from tools.localcluster import Cluster
 
 from barge.cli.demo_data import claims
-from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
 from tests.conftest import REPO, kubectl_json, state
+from tests.e2e.conftest import SECRET, Operator, wait_for
 
-SECRET = "sk-e2e-DO-NOT-LEAK-4f1c9a"
 pytestmark = pytest.mark.cluster
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Operator:
-    """`barge operator` in a subprocess; restartable, its output kept for the leak check."""
-
-    def __init__(self, cluster: Cluster, workdir: Path) -> None:
-        self.cluster = cluster
-        self.workdir = workdir
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.logs: list[Path] = []
-
-    def start(self) -> None:
-        log = self.workdir / f"operator-{len(self.logs)}.log"
-        self.logs.append(log)
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(self.cluster.kubeconfig),
-            "BARGE_LEDGER_URL": str(self.workdir / "l.db"),
-            "BARGE_ALLOWED_FILE_ROOTS": str(self.workdir),
-            "BARGE_POLL_SECONDS": "0.5",
-            "BARGE_MIN_BATCH_WINDOW": "0",
-            "BARGE_MAX_SHARD_REQUESTS": "200",
-        }
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "barge.cli", "operator", "--all-namespaces", "--metrics-port", str(self.port)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        wait_for(lambda: self.healthy(), 30, "operator /healthz")
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
-                return True
-        except OSError:
-            return False
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
-            return resp.read().decode()
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def output(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in self.logs)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.25)
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[EmulatorThread]:
-    emu = EmulatorThread(
-        parse_profile(
-            {
-                "batch": {
-                    "processingSeconds": 2,
-                    "cancelSeconds": 0.3,
-                    "outcomes": {"server_error": 0.01, "refusal": 0.005},
-                },
-                "sync": {"latencyMs": 1},
-            }
-        )
-    ).start()
-    yield emu
-    emu.stop()
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    op = Operator(cluster, tmp_path_factory.mktemp("operator"))
-    op.start()
-    yield op
-    op.stop()
 
 
 def job_manifest(name: str, url: str, workdir: Path, *, n: int = 600, tenant: str = "", **spec: Any) -> str:

@@ -31,6 +31,12 @@ class Autoscaling(Model):
     max_replicas: int = Field(4, ge=1, le=1000, description="Maximum replicas.")
     target_waiting_requests: int = Field(5, ge=1, description="Waiting requests per replica that trigger scaling.")
 
+    @model_validator(mode="after")
+    def _check(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas must not exceed maxReplicas")
+        return self
+
 
 class EngineArgs(Model):
     """vLLM engine arguments; 0 means the profile's or vLLM's default."""
@@ -83,6 +89,7 @@ class EngineSpec(Model):
     model_cache: ModelCache | None = Field(None, description="PVC for model weights.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Hugging Face token for gated models.")
     startup_seconds: int = Field(1800, ge=60, description="Startup-probe budget while weights load.")
+    service_monitor: bool = Field(False, description="Also create a Prometheus Operator ServiceMonitor.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector for the pods.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Extra tolerations.")
     resources: dict[str, Any] = Field(default_factory=dict, description="Extra container resources.")
@@ -178,6 +185,12 @@ class Worker(Model):
     max_deliveries: int = Field(5, ge=1, description="Deliveries before a message is dead-lettered.")
     output: WorkerOutput = Field(description="Where results go.")
 
+    @model_validator(mode="after")
+    def _check(self) -> Worker:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas must not exceed maxReplicas")
+        return self
+
 
 class Gateway(Model):
     """Interop with the Gateway API Inference Extension."""
@@ -238,6 +251,7 @@ class InferencePoolStatus(Model):
     )
     ready_replicas: int = Field(0, ge=0, description="Ready engine replicas.")
     endpoint: str = Field("", description="OpenAI-compatible base URL of the pool.")
+    quota: Quota | None = Field(None, description="The quota in force, as last reconciled.")
     workers: list[WorkerStatus] = Field(default_factory=list, description="Per-worker caps.")
 
 

@@ -80,6 +80,7 @@ class JobRunner:
         clock: Callable[[], float] = time.time,
         on_event: Event | None = None,
         sync_only: bool = False,
+        sync_limits: tuple[int, int, int] | None = None,
     ) -> None:
         self.job = job
         self.provider = provider
@@ -89,6 +90,7 @@ class JobRunner:
         self.clock = clock
         self.on_event = on_event or (lambda reason, message, kind: log.info("%s: %s", reason, message))
         self.sync_only = sync_only
+        self.sync_limits = sync_limits  # (concurrency, RPM, TPM) of a pool; None: spec.fallback's
         self.factory = plan.RequestFactory(job.model, job.spec.request)
         self.tag = hashlib.sha256(job.key.encode()).hexdigest()[:32]
 
@@ -371,6 +373,9 @@ class JobRunner:
             return
         attempts = {r[1]: int(r[4]) for r in pending}
         fb = self.job.spec.fallback
+        concurrency, rpm, tpm = fb.concurrency, fb.requests_per_minute, fb.tokens_per_minute
+        if self.sync_limits is not None and self.sync_limits[0]:
+            concurrency, rpm, tpm = self.sync_limits
         buffer: list[ItemUpdate] = []
         self.on_event("FallingBack", f"{len(pending)} items through the synchronous path", "Normal")
 
@@ -399,8 +404,8 @@ class JobRunner:
                 [SyncItem(r[1], r[2], int(r[3])) for r in pending],
                 self.provider,
                 self.factory,
-                concurrency=fb.concurrency,
-                limiter=RateLimiter(fb.requests_per_minute, fb.tokens_per_minute),
+                concurrency=concurrency,
+                limiter=RateLimiter(rpm, tpm),
                 max_tokens=self.job.spec.request.max_tokens,
                 tries=self.settings.sync_tries,
                 on_result=on_result,

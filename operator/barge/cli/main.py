@@ -62,6 +62,8 @@ def emulator(
     port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")] = 8099,
     profile: Annotated[Path | None, typer.Option(help="YAML pacing and fault profile.")] = None,
     state: Annotated[Path | None, typer.Option(help="Keep batches and files in this file across restarts.")] = None,
+    vllm: Annotated[str | None, typer.Option("--vllm", help="Stand in for a vLLM server serving this model.")] = None,
+    max_num_seqs: Annotated[int, typer.Option(help="--vllm: requests running at once; the rest wait.")] = 16,
 ) -> None:
     """Run the local provider emulator (Anthropic, OpenAI and Azure OpenAI batch + sync APIs).
 
@@ -74,7 +76,7 @@ def emulator(
     except (OSError, ValueError) as exc:
         typer.echo(f"bad profile {profile}: {exc}", err=True)
         raise typer.Exit(2) from exc
-    asyncio.run(serve(host, port, parsed, state))
+    asyncio.run(serve(host, port, parsed, state, vllm_model=vllm, max_num_seqs=max_num_seqs))
 
 
 @app.command()

@@ -9,6 +9,7 @@ Status is computed from the clock on every read: nothing runs in the background.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -234,6 +235,7 @@ class Store:
     def reset(self) -> None:
         """Forget everything (tests between scenarios)."""
         profile = self.profile
+        self.instance = os.urandom(4).hex()
         self.batches: dict[str, Batch] = {}
         self.files: dict[str, dict[str, Any]] = {}
         self.creates = 0
@@ -244,10 +246,9 @@ class Store:
     def new_batch(self, provider: ProviderName, items: list[Item], **extra: Any) -> Batch:
         self.creates += 1
         prefix = {"anthropic": "msgbatch_", "openai": "batch_", "azure": "batch_"}[provider]
-        batch_id = (
-            f"{prefix}{self.creates:06d}{random.Random(f'{self.profile.seed}:{self.creates}').getrandbits(48):012x}"
-        )
-        rng = random.Random(f"{self.profile.seed}:{batch_id}")
+        # Unique across emulator instances, as real ids are; the outcomes stay a function of (seed, n-th create).
+        batch_id = f"{prefix}{self.instance}{self.creates:06d}"
+        rng = random.Random(f"{self.profile.seed}:{self.creates}")
         outcomes = [draw(rng, self.profile.batch.outcomes) for _ in items]
         offsets = [rng.random() for _ in items]
         order = list(range(len(items)))

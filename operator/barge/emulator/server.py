@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from barge.emulator import anthropic_api, openai_api
+from barge.emulator import anthropic_api, openai_api, vllm
 from barge.emulator.core import STORE, SYNC_WINDOW, RateWindow, Store
 from barge.emulator.profile import Profile
 
@@ -89,7 +89,16 @@ async def reset(request: web.Request) -> web.Response:
     return web.json_response({"reset": True})
 
 
-def make_app(profile: Profile, store: Store | None = None) -> web.Application:
+def make_app(
+    profile: Profile, store: Store | None = None, vllm_model: str | None = None, max_num_seqs: int = 16
+) -> web.Application:
+    """The provider emulator, or with `vllm_model` a vLLM server serving that model."""
+    if vllm_model is not None:
+        app = web.Application(client_max_size=MAX_BODY)
+        app[STORE] = store or Store(profile)
+        vllm.install(app, vllm_model, max_num_seqs)
+        app.add_routes([web.get("/_emulator/state", state)])
+        return app
     app = web.Application(client_max_size=MAX_BODY, middlewares=[provider_shape])
     app[STORE] = store or Store(profile)
     app[SYNC_WINDOW] = RateWindow(profile.sync.quota.tokens_per_minute, profile.sync.quota.requests_per_minute)
@@ -124,10 +133,12 @@ async def serve(
     state_file: Path | None = None,
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
+    vllm_model: str | None = None,
+    max_num_seqs: int = 16,
 ) -> None:
     """Serve until `stop` is set (or SIGINT/SIGTERM when run as the CLI)."""
     store = load_store(state_file, profile)
-    runner = web.AppRunner(make_app(profile, store), access_log=None)
+    runner = web.AppRunner(make_app(profile, store, vllm_model, max_num_seqs), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -151,8 +162,12 @@ async def serve(
 class EmulatorThread:
     """The emulator on a background thread with its own loop: for tests and benchmarks in one process."""
 
-    def __init__(self, profile: Profile, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, profile: Profile, host: str = "127.0.0.1", vllm_model: str | None = None, max_num_seqs: int = 16
+    ) -> None:
         self.profile = profile
+        self.vllm_model = vllm_model
+        self.max_num_seqs = max_num_seqs
         self.host = host
         self.port = 0
         self._loop = asyncio.new_event_loop()
@@ -173,7 +188,7 @@ class EmulatorThread:
 
     async def _serve(self, ready: Callable[[int], None]) -> None:
         assert self._stop is not None
-        runner = web.AppRunner(make_app(self.profile, self.store), access_log=None)
+        runner = web.AppRunner(make_app(self.profile, self.store, self.vllm_model, self.max_num_seqs), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, 0)
         await site.start()

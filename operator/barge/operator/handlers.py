@@ -14,7 +14,7 @@ import kopf
 from barge.batch import prices
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
-from barge.operator import jobs, metrics
+from barge.operator import jobs, metrics, pools
 from barge.operator.kube import Kube
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
@@ -61,6 +61,15 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             kopf.event(body, type=kind, reason=reason, message=message[:1000])
 
         await jobs.run(memo["ctx"], body, stopped, post)
+
+    @on.on.create(GROUP, VERSION, pools.PLURAL, registry=registry)
+    @on.on.update(GROUP, VERSION, pools.PLURAL, registry=registry)
+    @on.on.resume(GROUP, VERSION, pools.PLURAL, registry=registry)
+    @on.timer(
+        GROUP, VERSION, pools.PLURAL, registry=registry, interval=max(config.poll_seconds, 2.0), initial_delay=1.0
+    )
+    async def inferencepool(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        await jobs.reconcile_pool(memo["ctx"], body)
 
     @on.on.delete(GROUP, VERSION, jobs.PLURAL, registry=registry, optional=False)
     async def llmbatchjob_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:

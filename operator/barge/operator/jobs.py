@@ -19,12 +19,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from barge.api.batchjob import TERMINAL_PHASES, LLMBatchJobSpec
+from barge.api.pool import InferencePool
 from barge.batch import prices
 from barge.batch.runner import EngineSettings, Job, JobRunner
 from barge.config import OperatorConfig
+from barge.k8s.pool import endpoint
 from barge.ledger import Ledger
+from barge.operator import pools
 from barge.operator import status as status_
-from barge.operator.kube import Kube, NotFound
+from barge.operator.kube import Kube, NotFound, Objects
 from barge.providers import BatchProvider, ProviderError, make_provider
 from barge.storage import StorageError, StoragePolicy, read_lines
 
@@ -44,6 +47,10 @@ class Context:
     phases: dict[str, tuple[str, str, float | None]] = field(default_factory=dict)
     """job key -> (phase, tenant, deadline slack seconds), for the metrics."""
     ledger_errors: int = 0
+
+    @property
+    def objects(self) -> Objects:
+        return Objects(self.kube)
 
     @property
     def settings(self) -> EngineSettings:
@@ -75,7 +82,7 @@ def _text_lines(text: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
     return lines
 
 
-async def build_job(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec) -> Job:
+async def build_job(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, model: str) -> Job:
     namespace = meta["namespace"]
     key = job_key(meta)
     lines: Callable[[], Iterator[tuple[int, bytes]]]
@@ -95,20 +102,83 @@ async def build_job(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec) -
         spec=spec,
         tenant=spec.tenant or namespace,
         run_date=spec.run_date or created[:10],
-        model=spec.provider.model,
+        model=model,
         lines=lines,
         storage=ctx.policy,
     )
 
 
-async def provider_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> BatchProvider:
-    ref = spec.provider.secret_ref
-    if ref is None:
-        raise NotFound("spec.provider.secretRef is required for this provider")
-    secret = await ctx.kube.secret_value(namespace, ref.name, ref.key)
-    return make_provider(
-        spec.provider.type, secret, base_url=spec.provider.base_url, api_version=spec.provider.api_version
+@dataclass(frozen=True)
+class Target:
+    """Where a job's requests go: the adapter, the model, and whether only the sync path exists (engine pools)."""
+
+    provider: BatchProvider
+    model: str
+    sync_only: bool = False
+    concurrency: int = 0
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+
+
+async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Target:
+    """Resolve the provider (and for `type: pool` the InferencePool); NotFound means "wait and retry"."""
+    if spec.provider.type != "pool":
+        ref = spec.provider.secret_ref
+        if ref is None:
+            raise NotFound("spec.provider.secretRef is required for this provider")
+        secret = await ctx.kube.secret_value(namespace, ref.name, ref.key)
+        return Target(
+            make_provider(
+                spec.provider.type, secret, base_url=spec.provider.base_url, api_version=spec.provider.api_version
+            ),
+            spec.provider.model,
+        )
+    name = spec.provider.pool_ref.name if spec.provider.pool_ref else ""
+    body = await ctx.objects.get("barge.dev/v1alpha1", "InferencePool", namespace, name)
+    if body is None:
+        raise NotFound(f"InferencePool {name!r} not found in namespace {namespace!r}")
+    if not pools.is_ready(body):
+        raise NotFound(f"InferencePool {name!r} is not Ready")
+    pool = InferencePool.model_validate({"metadata": body["metadata"], "spec": body["spec"]})
+    quota = pool.spec.quota
+    if pool.spec.provider is not None:
+        ref = pool.spec.provider.secret_ref
+        secret = await ctx.kube.secret_value(namespace, ref.name, ref.key)
+        return Target(
+            make_provider(
+                pool.spec.provider.type,
+                secret,
+                base_url=pool.spec.provider.base_url,
+                api_version=pool.spec.provider.api_version,
+            ),
+            pool.spec.provider.model,
+        )
+    engine = pool.spec.engine
+    assert engine is not None
+    url = endpoint(pool, ctx.config.pool_endpoint_template)
+    ready = int((body.get("status") or {}).get("readyReplicas") or 1)
+    # As many requests in flight as the engines batch at once (vLLM's default max_num_seqs is 256), capped.
+    concurrency = min(256, max(1, ready) * (engine.args.max_num_seqs or 64))
+    return Target(
+        make_provider("openai", "none", base_url=url),
+        pool.spec.model,
+        sync_only=True,
+        concurrency=concurrency,
+        requests_per_minute=quota.requests_per_minute,
+        tokens_per_minute=quota.tokens_per_minute,
     )
+
+
+async def reconcile_pool(ctx: Context, body: Any) -> None:
+    async def secret_exists(namespace: str, name: str, key: str) -> None:
+        await ctx.kube.secret_value(namespace, name, key)
+
+    new = await pools.reconcile(
+        ctx.objects, body, ctx.config.prometheus_url, ctx.config.pool_endpoint_template, secret_exists
+    )
+    old = dict(body.get("status") or {})
+    if status_.changed(old, new):
+        await ctx.kube.patch_status(pools.PLURAL, body["metadata"]["namespace"], body["metadata"]["name"], new)
 
 
 async def _write(ctx: Context, meta: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -140,23 +210,10 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             )
             await stopped.wait(interval)
             continue
-        if spec.provider.type == "pool":
-            current = await _write(
-                ctx,
-                meta,
-                current,
-                status_.admitted_false(
-                    current.get("conditions", []),
-                    "PoolNotSupported",
-                    "provider.type pool is not supported by this operator version yet",
-                    generation,
-                ),
-            )
-            await stopped.wait(interval)
-            continue
         try:
-            provider = await provider_for(ctx, meta["namespace"], spec)
-            job = await build_job(ctx, meta, spec)
+            target = await target_for(ctx, meta["namespace"], spec)
+            provider = target.provider
+            job = await build_job(ctx, meta, spec, target.model)
         except NotFound as exc:
             current = await _write(
                 ctx,
@@ -166,7 +223,16 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             )
             await stopped.wait(interval)
             continue
-        runner = JobRunner(job, provider, ctx.ledger, ctx.prices, ctx.settings, on_event=post)
+        runner = JobRunner(
+            job,
+            provider,
+            ctx.ledger,
+            ctx.prices,
+            ctx.settings,
+            on_event=post,
+            sync_only=target.sync_only,
+            sync_limits=(target.concurrency, target.requests_per_minute, target.tokens_per_minute),
+        )
         try:
             snap = await runner.step()
         except StorageError as exc:
@@ -205,7 +271,9 @@ async def cancel_on_delete(ctx: Context, body: Any) -> None:
     if not live:
         return
     try:
-        provider = await provider_for(ctx, meta["namespace"], LLMBatchJobSpec.model_validate(dict(body["spec"])))
+        provider = (
+            await target_for(ctx, meta["namespace"], LLMBatchJobSpec.model_validate(dict(body["spec"])))
+        ).provider
     except (NotFound, ValidationError) as exc:
         log.warning("%s deleted with %d batches in flight that cannot be cancelled: %s", key, len(live), exc)
         return

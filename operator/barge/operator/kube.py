@@ -69,3 +69,83 @@ class Kube:
         await custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]  # accepted via **kwargs
             GROUP, VERSION, namespace, plural, name, {"status": status}, _content_type="application/merge-patch+json"
         )
+
+
+PLURALS = {
+    ("v1", "Service"): "services",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("apps/v1", "Deployment"): "deployments",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobjects",
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): "triggerauthentications",
+    ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepools",
+    ("barge.dev/v1alpha1", "InferencePool"): "inferencepools",
+}
+FIELD_MANAGER = "barge"
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{prefix}/namespaces/{namespace}/{PLURALS[(api_version, kind)]}"
+    return f"{path}/{name}" if name else path
+
+
+class Objects:
+    """Server-side apply, get, list and delete for the kinds Barge generates (a thin layer over call_api)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    async def _call(
+        self,
+        path: str,
+        method: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        api = await self.kube.api()
+        return await api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            body=body,
+            auth_settings=["BearerToken"],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            response_types_map={200: "object", 201: "object"},
+            _return_http_data_only=True,
+        )
+
+    async def apply(self, obj: dict[str, Any]) -> Any:
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        return await self._call(
+            path,
+            "PATCH",
+            body=obj,
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+        )
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = await self._call(object_path(api_version, kind, namespace, name), "GET")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    async def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        result: dict[str, Any] = await self._call(object_path(api_version, kind, namespace), "GET")
+        return list(result.get("items", []))
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        try:
+            await self._call(object_path(api_version, kind, namespace, name), "DELETE")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

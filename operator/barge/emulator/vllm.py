@@ -1,0 +1,105 @@
+"""`barge emulator --vllm`: a stand-in for a vLLM OpenAI-compatible server (no GPU, no model).
+
+Continuous batching is modelled as what a client can observe: at most `max_num_seqs` requests run at once,
+the rest wait; `/metrics` reports vllm:num_requests_running and vllm:num_requests_waiting as they are, so
+autoscaling on waiting requests can be exercised. /health answers at once, /v1/models lists the served model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp import web
+
+from barge.emulator import openai_api
+from barge.emulator.core import STORE, answer, item_from_messages
+
+VLLM: web.AppKey[VllmState] = web.AppKey("vllm", object)  # type: ignore[arg-type]
+
+
+class VllmState:
+    def __init__(self, model: str, max_num_seqs: int) -> None:
+        self.model = model
+        self.slots = asyncio.Semaphore(max_num_seqs)
+        self.running = 0
+        self.waiting = 0
+        self.served = 0
+
+
+async def health(_: web.Request) -> web.Response:
+    return web.Response(text="")
+
+
+async def models(request: web.Request) -> web.Response:
+    model = request.app[VLLM].model
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [
+                {"id": model, "object": "model", "created": 0, "owned_by": "vllm", "root": model, "max_model_len": 8192}
+            ],
+        }
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    vllm = request.app[VLLM]
+    label = f'model_name="{vllm.model}"'
+    text = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{label}}} {float(vllm.running)}\n"
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{{{label}}} {float(vllm.waiting)}\n"
+        "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+        "# TYPE vllm:request_success_total counter\n"
+        f"vllm:request_success_total{{{label}}} {float(vllm.served)}\n"
+    )
+    return web.Response(text=text, content_type="text/plain")
+
+
+async def chat(request: web.Request) -> web.Response:
+    vllm = request.app[VLLM]
+    store = request.app[STORE]
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return openai_api.error(400, "We could not parse the JSON body of your request.")
+    if not isinstance(body, dict):
+        return openai_api.error(400, "The body must be a JSON object.")
+    if body.get("model") != vllm.model:
+        return openai_api.error(404, f"The model `{body.get('model')}` does not exist.", type_="NotFoundError")
+    item = item_from_messages("vllm", body)
+    if item.invalid:
+        return openai_api.error(400, item.invalid)
+    vllm.waiting += 1
+    async with vllm.slots:
+        vllm.waiting -= 1
+        vllm.running += 1
+        try:
+            await asyncio.sleep(store.profile.sync.latency_ms / 1000)
+        finally:
+            vllm.running -= 1
+    outcome = store.sync_outcome()
+    if outcome == "server_error":
+        return openai_api.error(500, "engine error", type_="InternalServerError")
+    vllm.served += 1
+    return web.json_response(
+        openai_api.completion_json(
+            item, answer(item, outcome, cache_hit=False), f"chatcmpl-vllm-{vllm.served}", store.clock()
+        )
+    )
+
+
+def install(app: web.Application, model: str, max_num_seqs: int) -> None:
+    app[VLLM] = VllmState(model, max_num_seqs)
+    app.add_routes(
+        [
+            web.get("/health", health),
+            web.get("/v1/models", models),
+            web.get("/metrics", metrics),
+            web.post("/v1/chat/completions", chat),
+        ]
+    )

@@ -1,0 +1,320 @@
+"""Pure builders for an engine InferencePool's children: vLLM Deployment, Service, PDB, PVC, ServiceMonitor,
+KEDA ScaledObject and the Gateway API Inference Extension InferencePool. Each returns a manifest dict.
+
+The latency/throughput dial is vLLM's max_num_batched_tokens: `interactive` keeps chunks small (2048) so
+decoding requests are not stalled behind long prefills; `throughput` (16384) packs more tokens per step.
+Explicit `args` override the profile. Only real vLLM flags are emitted (tests list them all).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from barge.api.pool import PROFILE_BATCHED_TOKENS, EngineSpec, InferencePool
+
+PORT = 8000
+MANAGED_BY = "barge"
+#: Labels a GitOps tool uses to track what it applied; copying them to children makes the tool think it owns
+#: (and must prune) objects Barge generated.
+TRACKING_PREFIXES = (
+    "argocd.argoproj.io/",
+    "kustomize.toolkit.fluxcd.io/",
+    "helm.toolkit.fluxcd.io/",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+#: Every flag Barge can put on a vLLM command line.
+VLLM_FLAGS = (
+    "--model",
+    "--served-model-name",
+    "--host",
+    "--port",
+    "--tensor-parallel-size",
+    "--max-num-batched-tokens",
+    "--max-num-seqs",
+    "--gpu-memory-utilization",
+    "--max-model-len",
+    "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill",
+)
+
+
+def bounded(name: str, limit: int) -> str:
+    """`name` if it fits, else a prefix plus a stable hash (Kubernetes and KEDA name limits)."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - 9].rstrip('-.')}-{digest}"
+
+
+def names(pool: str) -> dict[str, str]:
+    """Children's names. A ScaledObject's HPA is named keda-hpa-<name>, which must fit in 63 characters."""
+    return {
+        "deployment": bounded(f"{pool}-vllm", 63),
+        "service": bounded(pool, 63),
+        "pvc": bounded(f"{pool}-model-cache", 253),
+        "pdb": bounded(f"{pool}-vllm", 253),
+        "scaledobject": bounded(f"{pool}-vllm", 63 - len("keda-hpa-")),
+        "servicemonitor": bounded(f"{pool}-vllm", 253),
+        "gateway": bounded(pool, 253),
+    }
+
+
+def inherited_labels(labels: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (labels or {}).items() if not k.startswith(TRACKING_PREFIXES)}
+
+
+def selector(pool: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "vllm", "barge.dev/pool": pool}
+
+
+def labels_for(pool: InferencePool) -> dict[str, str]:
+    name = str(pool.metadata["name"])
+    return {
+        **inherited_labels(pool.metadata.get("labels")),
+        **selector(name),
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/part-of": "barge",
+    }
+
+
+def owner_reference(pool: InferencePool) -> dict[str, Any]:
+    return {
+        "apiVersion": "barge.dev/v1alpha1",
+        "kind": "InferencePool",
+        "name": pool.metadata["name"],
+        "uid": pool.metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(pool: InferencePool, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": pool.metadata["namespace"],
+        "labels": labels_for(pool),
+        "ownerReferences": [owner_reference(pool)],
+    }
+
+
+def vllm_args(model: str, engine: EngineSpec) -> list[str]:
+    """The engine's command line: profile first, explicit args over it, `extra` last."""
+    a = engine.args
+    batched = a.max_num_batched_tokens or PROFILE_BATCHED_TOKENS[engine.profile]
+    args = [
+        "--model",
+        model,
+        "--served-model-name",
+        model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORT),
+        "--tensor-parallel-size",
+        str(engine.tensor_parallel_size or max(engine.gpus, 1)),
+        "--max-num-batched-tokens",
+        str(batched),
+        "--gpu-memory-utilization",
+        str(a.gpu_memory_utilization),
+    ]
+    if a.max_num_seqs:
+        args += ["--max-num-seqs", str(a.max_num_seqs)]
+    if a.max_model_len:
+        args += ["--max-model-len", str(a.max_model_len)]
+    args.append("--enable-chunked-prefill" if a.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    return args + list(a.extra)
+
+
+def build_deployment(pool: InferencePool) -> dict[str, Any]:
+    engine = pool.spec.engine
+    assert engine is not None
+    name = str(pool.metadata["name"])
+    n = names(name)
+    gpu = {"nvidia.com/gpu": str(engine.gpus)} if engine.gpus else {}
+    resources = {**engine.resources}
+    resources["limits"] = {**resources.get("limits", {}), **gpu}
+    if gpu:
+        resources["requests"] = {**resources.get("requests", {}), **gpu}
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/models"}]
+    if engine.hf_token_secret_ref is not None:
+        ref = engine.hf_token_secret_ref
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    cache: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": n["pvc"]}} if engine.model_cache else {"emptyDir": {}}
+    )
+
+    def probe() -> dict[str, Any]:
+        return {"httpGet": {"path": "/v1/models", "port": "http"}}
+
+    container = {
+        "name": "vllm",
+        "image": engine.image,
+        "args": vllm_args(pool.spec.model, engine),
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "env": env,
+        "resources": resources,
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - tensor parallelism needs shared memory
+            {"name": "models", "mountPath": "/models"},
+        ],
+        # /health answers before the weights are loaded; /v1/models only once the model is served.
+        "startupProbe": {**probe(), "periodSeconds": 10, "failureThreshold": math.ceil(engine.startup_seconds / 10)},
+        "readinessProbe": {**probe(), "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] if engine.gpus else []
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector(name)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        "template": {
+            "metadata": {"labels": labels_for(pool)},
+            "spec": {
+                "containers": [container],
+                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "models", **cache}],
+                "tolerations": tolerations + list(engine.tolerations),
+                "nodeSelector": dict(engine.node_selector),
+                # long enough for in-flight generations to finish after the endpoint stops receiving traffic
+                "terminationGracePeriodSeconds": 120,
+                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            },
+        },
+    }
+    if engine.autoscaling is None:  # with autoscaling the HPA that KEDA creates owns .spec.replicas
+        spec["replicas"] = engine.replicas
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(pool, n["deployment"]), "spec": spec}
+
+
+def build_service(pool: InferencePool) -> dict[str, Any]:
+    name = str(pool.metadata["name"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(pool, names(name)["service"]),
+        "spec": {
+            "selector": selector(name),
+            "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def build_pvc(pool: InferencePool) -> dict[str, Any] | None:
+    engine = pool.spec.engine
+    if engine is None or engine.model_cache is None:
+        return None
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"] if max_replicas(engine) <= 1 else ["ReadWriteMany"],
+        "resources": {"requests": {"storage": engine.model_cache.size}},
+    }
+    if engine.model_cache.storage_class_name:
+        spec["storageClassName"] = engine.model_cache.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(pool, names(str(pool.metadata["name"]))["pvc"]),
+        "spec": spec,
+    }
+
+
+def max_replicas(engine: EngineSpec) -> int:
+    return engine.autoscaling.max_replicas if engine.autoscaling else engine.replicas
+
+
+def build_pdb(pool: InferencePool) -> dict[str, Any] | None:
+    engine = pool.spec.engine
+    if engine is None or max_replicas(engine) <= 1:
+        return None
+    name = str(pool.metadata["name"])
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(pool, names(name)["pdb"]),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(name)}},
+    }
+
+
+def build_service_monitor(pool: InferencePool) -> dict[str, Any] | None:
+    engine = pool.spec.engine
+    if engine is None or not engine.service_monitor:
+        return None
+    name = str(pool.metadata["name"])
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _meta(pool, names(name)["servicemonitor"]),
+        "spec": {
+            "selector": {"matchLabels": selector(name)},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+
+
+def build_scaled_object(pool: InferencePool, prometheus_url: str) -> dict[str, Any] | None:
+    """KEDA on vllm:num_requests_waiting of this pool's model; scales to zero when minReplicas is 0."""
+    engine = pool.spec.engine
+    if engine is None or engine.autoscaling is None:
+        return None
+    scaling = engine.autoscaling
+    name = str(pool.metadata["name"])
+    query = f'sum(vllm:num_requests_waiting{{namespace="{pool.metadata["namespace"]}",model_name="{pool.spec.model}"}})'
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": _meta(pool, names(name)["scaledobject"]),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": names(name)["deployment"]},
+            "minReplicaCount": scaling.min_replicas,
+            "maxReplicaCount": scaling.max_replicas,
+            "pollingInterval": 15,
+            "cooldownPeriod": 300,
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {
+                        "serverAddress": prometheus_url,
+                        "query": query,
+                        "threshold": str(scaling.target_waiting_requests),
+                        "activationThreshold": "0",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def build_gateway_pool(pool: InferencePool) -> dict[str, Any] | None:
+    if pool.spec.engine is None or not pool.spec.gateway.inference_pool:
+        return None
+    name = str(pool.metadata["name"])
+    return {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": _meta(pool, names(name)["gateway"]),
+        "spec": {"selector": {"matchLabels": selector(name)}, "targetPorts": [{"number": PORT}]},
+    }
+
+
+def build_children(pool: InferencePool, prometheus_url: str) -> list[dict[str, Any]]:
+    """Every child an engine pool should have right now (a provider pool has none)."""
+    if pool.spec.engine is None:
+        return []
+    built = [
+        build_deployment(pool),
+        build_service(pool),
+        build_pvc(pool),
+        build_pdb(pool),
+        build_service_monitor(pool),
+        build_scaled_object(pool, prometheus_url),
+        build_gateway_pool(pool),
+    ]
+    return [c for c in built if c is not None]
+
+
+def endpoint(pool: InferencePool, template: str = "http://{name}.{namespace}.svc:8000/v1") -> str:
+    if pool.spec.provider is not None:
+        return pool.spec.provider.base_url
+    return template.format(name=names(str(pool.metadata["name"]))["service"], namespace=pool.metadata["namespace"])

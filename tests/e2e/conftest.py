@@ -1,0 +1,136 @@
+"""Shared by the e2e tests: one `barge operator` process for the e2e package (two operators watching the
+same cluster would both act on every job), and a vLLM stand-in that engine pools resolve to."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tools.localcluster import Cluster
+
+from barge.emulator.profile import parse_profile
+from barge.emulator.server import EmulatorThread
+
+SECRET = "sk-e2e-DO-NOT-LEAK-4f1c9a"
+VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Operator:
+    """`barge operator` in a subprocess; restartable, its output kept for the leak check."""
+
+    def __init__(self, cluster: Cluster, workdir: Path, pool_endpoint: str) -> None:
+        self.cluster = cluster
+        self.pool_endpoint = pool_endpoint
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.logs: list[Path] = []
+
+    def start(self) -> None:
+        log = self.workdir / f"operator-{len(self.logs)}.log"
+        self.logs.append(log)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "BARGE_LEDGER_URL": str(self.workdir / "l.db"),
+            "BARGE_ALLOWED_FILE_ROOTS": str(self.workdir),
+            "BARGE_POLL_SECONDS": "0.5",
+            "BARGE_MIN_BATCH_WINDOW": "0",
+            "BARGE_MAX_SHARD_REQUESTS": "200",
+            "BARGE_POOL_ENDPOINT_TEMPLATE": self.pool_endpoint,
+        }
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "barge.cli", "operator", "--all-namespaces", "--metrics-port", str(self.port)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: self.healthy(), 30, "operator /healthz")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def output(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in self.logs)
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+@pytest.fixture(scope="package")
+def vllm() -> Iterator[EmulatorThread]:
+    """A vLLM stand-in: every engine pool's endpoint resolves here (BARGE_POOL_ENDPOINT_TEMPLATE)."""
+    emu = EmulatorThread(parse_profile({"sync": {"latencyMs": 20}}), vllm_model=VLLM_MODEL, max_num_seqs=4).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorThread]:
+    emu = EmulatorThread(
+        parse_profile(
+            {
+                "batch": {
+                    "processingSeconds": 2,
+                    "cancelSeconds": 0.3,
+                    "outcomes": {"server_error": 0.01, "refusal": 0.005},
+                },
+                "sync": {"latencyMs": 1},
+            }
+        )
+    ).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="package")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, vllm: EmulatorThread) -> Iterator[Operator]:
+    op = Operator(cluster, tmp_path_factory.mktemp("operator"), f"{vllm.url}/v1")
+    op.start()
+    yield op
+    op.stop()

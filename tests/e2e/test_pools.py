@@ -1,0 +1,210 @@
+"""InferencePool on the real local control plane: children accepted by the server (with the KEDA, Prometheus
+Operator and Gateway API CRDs installed), readiness from the Deployment, the HPA guard, owner references, and a
+job that runs on an engine pool (served by `barge emulator --vllm`). No kubelet runs here: tests patch the
+Deployment's status themselves, and no garbage collector either: owner references are checked instead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tools.localcluster import Cluster
+
+from barge.emulator.server import EmulatorThread
+from tests.conftest import REPO, kubectl_json
+from tests.e2e.conftest import SECRET, Operator, wait_for
+
+pytestmark = pytest.mark.cluster
+SAMPLES = REPO / "manifests" / "samples"
+
+
+def pool_status(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    return kubectl_json(cluster, "-n", ns, "get", "bpool", name).get("status") or {}  # type: ignore[return-value]
+
+
+def condition(cluster: Cluster, ns: str, name: str, type_: str) -> dict[str, Any]:
+    return next((c for c in pool_status(cluster, ns, name).get("conditions", []) if c["type"] == type_), {})
+
+
+def children(cluster: Cluster, ns: str) -> dict[str, dict[str, Any]]:
+    kinds = (
+        "deployments,services,persistentvolumeclaims,poddisruptionbudgets,scaledobjects.keda.sh,"
+        "servicemonitors.monitoring.coreos.com,inferencepools.inference.networking.k8s.io"
+    )
+    items = kubectl_json(cluster, "-n", ns, "get", kinds)["items"]  # type: ignore[index]
+    return {f"{i['kind']}/{i['metadata']['name']}": i for i in items if i["metadata"]["name"] != "kubernetes"}
+
+
+def make_ready(cluster: Cluster, ns: str, deployment: str, replicas: int) -> None:
+    body = {
+        "status": {
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "updatedReplicas": replicas,
+            "observedGeneration": 1,
+            "conditions": [
+                {
+                    "type": "Available",
+                    "status": "True",
+                    "reason": "MinimumReplicasAvailable",
+                    "message": "ok",
+                    "lastUpdateTime": "2026-11-30T00:00:00Z",
+                    "lastTransitionTime": "2026-11-30T00:00:00Z",
+                }
+            ],
+        }
+    }
+    cluster.run_kubectl(
+        "-n", ns, "patch", "deployment", deployment, "--subresource=status", "--type=merge", "-p", json.dumps(body)
+    )
+
+
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        (
+            "inferencepool-engine-interactive.yaml",
+            {
+                "Deployment/llama-interactive-vllm",
+                "Service/llama-interactive",
+                "PersistentVolumeClaim/llama-interactive-model-cache",
+                "PodDisruptionBudget/llama-interactive-vllm",
+            },
+        ),
+        (
+            "inferencepool-engine-throughput.yaml",
+            {
+                "Deployment/llama-throughput-vllm",
+                "Service/llama-throughput",
+                "PersistentVolumeClaim/llama-throughput-model-cache",
+            },
+        ),
+        (
+            "inferencepool-engine-scale-to-zero.yaml",
+            {
+                "Deployment/qwen-nightly-vllm",
+                "Service/qwen-nightly",
+                "ScaledObject/qwen-nightly-vllm",
+                "PodDisruptionBudget/qwen-nightly-vllm",
+            },
+        ),
+    ],
+)
+def test_sample_pools_get_their_children(
+    cluster: Cluster, namespace: str, operator: Operator, sample: str, expected: set[str]
+) -> None:
+    cluster.run_kubectl("-n", namespace, "apply", "-f", str(SAMPLES / sample))
+    name = yaml.safe_load((SAMPLES / sample).read_text())["metadata"]["name"]
+    uid = kubectl_json(cluster, "-n", namespace, "get", "bpool", name)["metadata"]["uid"]  # type: ignore[index]
+    found = wait_for(lambda: (c := children(cluster, namespace)) and expected <= set(c) and c, 60, "children")
+    assert set(found) == expected
+    for child in found.values():
+        owner = child["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("InferencePool", name, uid, True)
+        assert child["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "barge"
+    deployment = found[next(k for k in found if k.startswith("Deployment/"))]
+    wait_for(
+        lambda: condition(cluster, namespace, name, "Ready").get("reason") in ("Starting", "ScaledToZero"),
+        30,
+        "Ready=False while no replica is ready",
+    )
+    make_ready(cluster, namespace, deployment["metadata"]["name"], 2)
+    wait_for(lambda: condition(cluster, namespace, name, "Ready").get("status") == "True", 30, "Ready")
+    st = pool_status(cluster, namespace, name)
+    assert st["readyReplicas"] == 2
+    assert st["endpoint"].endswith("/v1")
+    row = cluster.run_kubectl("-n", namespace, "get", "bpool", name, "--no-headers").stdout.split()
+    assert row[2] == "2"
+
+
+def test_foreign_hpa_blocks_the_scaled_object(cluster: Cluster, namespace: str, operator: Operator) -> None:
+    cluster.run_kubectl(
+        "-n",
+        namespace,
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "autoscaling/v2",
+                "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": "hand-made"},
+                "spec": {
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen-nightly-vllm"},
+                    "minReplicas": 1,
+                    "maxReplicas": 3,
+                },
+            }
+        ),
+    )
+    cluster.run_kubectl("-n", namespace, "apply", "-f", str(SAMPLES / "inferencepool-engine-scale-to-zero.yaml"))
+    wait_for(
+        lambda: condition(cluster, namespace, "qwen-nightly", "ScalingConflict").get("status") == "True",
+        60,
+        "ScalingConflict",
+    )
+    assert "hand-made" in condition(cluster, namespace, "qwen-nightly", "ScalingConflict")["message"]
+    assert not [k for k in children(cluster, namespace) if k.startswith("ScaledObject/")]
+    cluster.run_kubectl("-n", namespace, "delete", "hpa", "hand-made")
+    wait_for(
+        lambda: [k for k in children(cluster, namespace) if k.startswith("ScaledObject/")],
+        60,
+        "the ScaledObject once the HPA is gone",
+    )
+
+
+def test_provider_pool_is_ready_with_its_secret(cluster: Cluster, namespace: str, operator: Operator) -> None:
+    cluster.run_kubectl("-n", namespace, "apply", "-f", str(SAMPLES / "inferencepool-provider.yaml"))
+    wait_for(
+        lambda: condition(cluster, namespace, "azure-mini", "Ready").get("reason") == "SecretNotFound",
+        60,
+        "SecretNotFound",
+    )
+    cluster.run_kubectl(
+        "-n", namespace, "create", "secret", "generic", "azure-openai", f"--from-literal=api-key={SECRET}"
+    )
+    wait_for(lambda: condition(cluster, namespace, "azure-mini", "Ready").get("status") == "True", 60, "Ready")
+    st = pool_status(cluster, namespace, "azure-mini")
+    assert st["endpoint"] == "https://contoso-batch.openai.azure.com"
+    assert st["quota"] == {"tokensPerMinute": 200000, "requestsPerMinute": 1000}
+    assert children(cluster, namespace) == {}
+
+
+def test_job_on_an_engine_pool(
+    cluster: Cluster, namespace: str, operator: Operator, vllm: EmulatorThread, tmp_path: Path
+) -> None:
+    pool = yaml.safe_load((SAMPLES / "inferencepool-engine-interactive.yaml").read_text())
+    cluster.run_kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(pool))
+    job = yaml.safe_load((SAMPLES / "llmbatchjob-pool.yaml").read_text())
+    job["spec"]["input"]["inline"] = [{"id": str(n), "text": f"review number {n}"} for n in range(60)]
+    job["spec"]["output"]["url"] = f"file://{operator.workdir}/pool-job-out/"
+    cluster.run_kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
+
+    def admitted() -> dict[str, Any]:
+        st = kubectl_json(cluster, "-n", namespace, "get", "lbj", "tagging-on-pool").get("status") or {}
+        return next((c for c in st.get("conditions", []) if c["type"] == "Admitted"), {})  # type: ignore[union-attr]
+
+    def phase() -> str:
+        return str(
+            (kubectl_json(cluster, "-n", namespace, "get", "lbj", "tagging-on-pool").get("status") or {}).get("phase")
+        )
+
+    wait_for(lambda: "not Ready" in admitted().get("message", ""), 60, "the job waiting for its pool")
+    make_ready(cluster, namespace, "llama-interactive-vllm", 1)
+    try:
+        wait_for(lambda: phase() == "Succeeded", 120, "Succeeded on the pool")
+    except TimeoutError:
+        print(cluster.run_kubectl("-n", namespace, "get", "lbj,bpool", "-o", "yaml").stdout)
+        raise
+    st = kubectl_json(cluster, "-n", namespace, "get", "lbj", "tagging-on-pool")["status"]  # type: ignore[index]
+    assert st["counts"]["succeeded"] + st["counts"]["refused"] == 60
+    assert st["counts"]["viaFallback"] == 60  # an engine pool is the synchronous path
+    results = [json.loads(x) for x in (operator.workdir / "pool-job-out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(int(r["id"]) for r in results) == list(range(60))
+    assert all(r["output"].endswith(f"review number {r['id']}") for r in results)
+    assert vllm.store.sync_requests >= 60
+    assert st["usage"]["costUSD"] == "0"  # a self-hosted model has no list price
