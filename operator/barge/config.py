@@ -35,6 +35,8 @@ class OperatorConfig:
     """A price table replacing the shipped one (BARGE_PRICES)."""
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     """Prometheus that KEDA queries for vllm:num_requests_waiting (BARGE_PROMETHEUS_URL)."""
+    worker_image: str = "barge-operator:0.1.0"
+    """Image of queue-worker pods (`barge worker`); normally the operator's own (BARGE_WORKER_IMAGE)."""
     pool_endpoint_template: str = "http://{name}.{namespace}.svc:8000/v1"
     """How the operator reaches an engine pool's Service (BARGE_POOL_ENDPOINT_TEMPLATE; override it when the
     operator runs outside the cluster, e.g. through a port-forward)."""
@@ -51,6 +53,7 @@ class OperatorConfig:
             "max_shard_requests": int(env.get("BARGE_MAX_SHARD_REQUESTS", cls.max_shard_requests)),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
+            "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -208,3 +208,109 @@ def test_job_on_an_engine_pool(
     assert all(r["output"].endswith(f"review number {r['id']}") for r in results)
     assert vllm.store.sync_requests >= 60
     assert st["usage"]["costUSD"] == "0"  # a self-hosted model has no list price
+
+
+def test_queue_workers_get_capped_scaled_objects(cluster: Cluster, namespace: str, operator: Operator) -> None:
+    cluster.run_kubectl("-n", namespace, "create", "secret", "generic", "openai", f"--from-literal=api-key={SECRET}")
+    cluster.run_kubectl("-n", namespace, "apply", "-f", str(SAMPLES / "inferencepool-provider-redis-worker.yaml"))
+    cluster.run_kubectl("-n", namespace, "apply", "-f", str(SAMPLES / "inferencepool-engine-rabbitmq-worker.yaml"))
+
+    def worker_status(pool: str) -> list[dict[str, Any]]:
+        return list(pool_status(cluster, namespace, pool).get("workers") or [])
+
+    wait_for(lambda: worker_status("ingest-mini") and worker_status("rescoring"), 60, "worker status")
+    assert worker_status("ingest-mini") == [
+        {
+            "name": "doc-ingest",
+            "quotaCap": 1,
+            "effectiveMaxReplicas": 1,
+            "scaledObject": "ingest-mini-doc-ingest-worker",
+        }
+    ]
+    assert condition(cluster, namespace, "ingest-mini", "QuotaCapped")["status"] == "True"
+    assert worker_status("rescoring")[0]["effectiveMaxReplicas"] == 6
+    scaled = kubectl_json(cluster, "-n", namespace, "get", "scaledobjects.keda.sh", "ingest-mini-doc-ingest-worker")
+    assert scaled["spec"]["maxReplicaCount"] == 1  # type: ignore[index]
+    assert scaled["spec"]["triggers"][0]["type"] == "redis-streams"  # type: ignore[index]
+    auth = kubectl_json(cluster, "-n", namespace, "get", "triggerauthentications.keda.sh", "rescoring-rescore-worker")
+    assert auth["spec"]["secretTargetRef"][0]["parameter"] == "host"  # type: ignore[index]
+    for kind in ("deployment", "configmap"):
+        obj = kubectl_json(cluster, "-n", namespace, "get", kind, "ingest-mini-doc-ingest-worker")
+        assert obj["metadata"]["ownerReferences"][0]["name"] == "ingest-mini"  # type: ignore[index]
+    config = kubectl_json(cluster, "-n", namespace, "get", "configmap", "ingest-mini-doc-ingest-worker")
+    assert SECRET not in json.dumps(config)
+
+    # a hand-made HPA on the worker's Deployment: no ScaledObject beside it
+    cluster.run_kubectl("-n", namespace, "delete", "scaledobjects.keda.sh", "rescoring-rescore-worker")
+    cluster.run_kubectl(
+        "-n",
+        namespace,
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "autoscaling/v2",
+                "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": "manual"},
+                "spec": {
+                    "scaleTargetRef": {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": "rescoring-rescore-worker",
+                    },
+                    "minReplicas": 1,
+                    "maxReplicas": 2,
+                },
+            }
+        ),
+    )
+    wait_for(
+        lambda: "manual" in condition(cluster, namespace, "rescoring", "ScalingConflict").get("message", ""),
+        60,
+        "ScalingConflict for the worker",
+    )
+    assert (
+        cluster.run_kubectl(
+            "-n", namespace, "get", "scaledobjects.keda.sh", "rescoring-rescore-worker", check=False
+        ).returncode
+        != 0
+    )
+
+    # a quota change recomputes the cap
+    cluster.run_kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "bpool",
+        "ingest-mini",
+        "--type=merge",
+        "-p",
+        '{"spec":{"quota":{"tokensPerMinute":1800000}}}',
+    )
+    wait_for(lambda: worker_status("ingest-mini")[0]["effectiveMaxReplicas"] == 10, 60, "the new cap")
+    wait_for(
+        lambda: (
+            kubectl_json(cluster, "-n", namespace, "get", "scaledobjects.keda.sh", "ingest-mini-doc-ingest-worker")[
+                "spec"
+            ]["maxReplicaCount"]
+            == 10
+        ),  # type: ignore[index]
+        60,
+        "maxReplicaCount 10",
+    )
+
+    # removing the worker removes its objects
+    cluster.run_kubectl(
+        "-n", namespace, "patch", "bpool", "ingest-mini", "--type=merge", "-p", '{"spec":{"workers":[]}}'
+    )
+    wait_for(
+        lambda: (
+            cluster.run_kubectl(
+                "-n", namespace, "get", "deployment", "ingest-mini-doc-ingest-worker", check=False
+            ).returncode
+            != 0
+        ),
+        60,
+        "the worker Deployment gone",
+    )

@@ -92,11 +92,12 @@ def owner_reference(pool: InferencePool) -> dict[str, Any]:
     }
 
 
-def _meta(pool: InferencePool, name: str) -> dict[str, Any]:
+def object_meta(pool: InferencePool, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Metadata of a generated child: the pool's labels (minus GitOps tracking ones) and its owner reference."""
     return {
         "name": name,
         "namespace": pool.metadata["namespace"],
-        "labels": labels_for(pool),
+        "labels": labels or labels_for(pool),
         "ownerReferences": [owner_reference(pool)],
     }
 
@@ -186,7 +187,7 @@ def build_deployment(pool: InferencePool) -> dict[str, Any]:
     }
     if engine.autoscaling is None:  # with autoscaling the HPA that KEDA creates owns .spec.replicas
         spec["replicas"] = engine.replicas
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(pool, n["deployment"]), "spec": spec}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": object_meta(pool, n["deployment"]), "spec": spec}
 
 
 def build_service(pool: InferencePool) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def build_service(pool: InferencePool) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(pool, names(name)["service"]),
+        "metadata": object_meta(pool, names(name)["service"]),
         "spec": {
             "selector": selector(name),
             "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
@@ -215,7 +216,7 @@ def build_pvc(pool: InferencePool) -> dict[str, Any] | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _meta(pool, names(str(pool.metadata["name"]))["pvc"]),
+        "metadata": object_meta(pool, names(str(pool.metadata["name"]))["pvc"]),
         "spec": spec,
     }
 
@@ -232,7 +233,7 @@ def build_pdb(pool: InferencePool) -> dict[str, Any] | None:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(pool, names(name)["pdb"]),
+        "metadata": object_meta(pool, names(name)["pdb"]),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(name)}},
     }
 
@@ -245,7 +246,7 @@ def build_service_monitor(pool: InferencePool) -> dict[str, Any] | None:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": _meta(pool, names(name)["servicemonitor"]),
+        "metadata": object_meta(pool, names(name)["servicemonitor"]),
         "spec": {
             "selector": {"matchLabels": selector(name)},
             "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
@@ -264,7 +265,7 @@ def build_scaled_object(pool: InferencePool, prometheus_url: str) -> dict[str, A
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": _meta(pool, names(name)["scaledobject"]),
+        "metadata": object_meta(pool, names(name)["scaledobject"]),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": names(name)["deployment"]},
             "minReplicaCount": scaling.min_replicas,
@@ -293,7 +294,7 @@ def build_gateway_pool(pool: InferencePool) -> dict[str, Any] | None:
     return {
         "apiVersion": "inference.networking.k8s.io/v1",
         "kind": "InferencePool",
-        "metadata": _meta(pool, names(name)["gateway"]),
+        "metadata": object_meta(pool, names(name)["gateway"]),
         "spec": {"selector": {"matchLabels": selector(name)}, "targetPorts": [{"number": PORT}]},
     }
 

@@ -174,7 +174,12 @@ async def reconcile_pool(ctx: Context, body: Any) -> None:
         await ctx.kube.secret_value(namespace, name, key)
 
     new = await pools.reconcile(
-        ctx.objects, body, ctx.config.prometheus_url, ctx.config.pool_endpoint_template, secret_exists
+        ctx.objects,
+        body,
+        ctx.config.prometheus_url,
+        ctx.config.pool_endpoint_template,
+        secret_exists,
+        ctx.config.worker_image,
     )
     old = dict(body.get("status") or {})
     if status_.changed(old, new):

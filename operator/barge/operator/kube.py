@@ -73,6 +73,7 @@ class Kube:
 
 PLURALS = {
     ("v1", "Service"): "services",
+    ("v1", "ConfigMap"): "configmaps",
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("apps/v1", "Deployment"): "deployments",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
@@ -139,8 +140,15 @@ class Objects:
             raise
         return found
 
-    async def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
-        result: dict[str, Any] = await self._call(object_path(api_version, kind, namespace), "GET")
+    async def list(self, api_version: str, kind: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        """Objects of a kind; none when the kind's CRD is not installed (KEDA, Prometheus Operator are optional)."""
+        query = [("labelSelector", selector)] if selector else None
+        try:
+            result: dict[str, Any] = await self._call(object_path(api_version, kind, namespace), "GET", query=query)
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
         return list(result.get("items", []))
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from barge.api.pool import InferencePool
 from barge.k8s import pool as builders
+from barge.k8s import workers
 from barge.operator import status as status_
 from barge.operator.kube import NotFound, Objects
 
@@ -95,8 +96,72 @@ def deployment_conditions(deployment: dict[str, Any] | None, pool: InferencePool
     return ready, conds
 
 
+async def reconcile_workers(
+    objects: Objects, pool: InferencePool, hpas: list[dict[str, Any]], image: str, endpoint_template: str
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Apply every worker's ConfigMap, Deployment, ScaledObject (+ TriggerAuthentication); drop removed ones."""
+    meta = pool.metadata
+    caps = workers.quota_caps(pool)
+    statuses, conflicts = [], []
+    for worker in pool.spec.workers:
+        cap = caps[worker.name]
+        n = workers.worker_names(str(meta["name"]), worker.name)
+        children = [
+            workers.build_worker_configmap(pool, worker, cap, endpoint_template),
+            workers.build_worker_deployment(pool, worker, image),
+            workers.build_trigger_auth(pool, worker),
+        ]
+        hpa = conflicting_hpa(hpas, n["deployment"])
+        if hpa is None:
+            children.append(workers.build_worker_scaled_object(pool, worker, cap))
+        else:
+            conflicts.append(
+                f"worker {worker.name}: HorizontalPodAutoscaler {hpa!r} already targets {n['deployment']!r}"
+            )
+        for child in children:
+            if child is not None:
+                await objects.apply(child)
+        statuses.append(
+            {
+                "name": worker.name,
+                "quotaCap": cap.quota_cap,
+                "effectiveMaxReplicas": cap.effective_max,
+                "scaledObject": n["scaledobject"] if hpa is None else "",
+            }
+        )
+    keep = {w.name for w in pool.spec.workers}
+    selector = f"barge.dev/pool={meta['name']},barge.dev/worker"
+    for api_version, kind in (
+        ("apps/v1", "Deployment"),
+        ("v1", "ConfigMap"),
+        ("keda.sh/v1alpha1", "ScaledObject"),
+        ("keda.sh/v1alpha1", "TriggerAuthentication"),
+    ):
+        for obj in await objects.list(api_version, kind, meta["namespace"], selector):
+            owned = any(o.get("uid") == meta["uid"] for o in obj["metadata"].get("ownerReferences") or [])
+            if owned and obj["metadata"]["labels"].get("barge.dev/worker") not in keep:
+                await objects.delete(api_version, kind, meta["namespace"], obj["metadata"]["name"])
+    capped = [w.name for w in pool.spec.workers if workers.is_capped(w, caps[w.name])]
+    conds = [
+        _cond(
+            "QuotaCapped",
+            bool(capped),
+            "QuotaBelowMaxReplicas" if capped else "NotCapped",
+            f"the model quota caps {', '.join(capped)}" if capped else "",
+        )
+    ]
+    if conflicts:
+        conds.append(_cond("ScalingConflict", True, "ForeignHPA", "; ".join(conflicts) + ": no ScaledObject"))
+    return statuses, conds
+
+
 async def reconcile(
-    objects: Objects, body: Any, prometheus_url: str, endpoint_template: str, secret_exists: Any
+    objects: Objects,
+    body: Any,
+    prometheus_url: str,
+    endpoint_template: str,
+    secret_exists: Any,
+    worker_image: str = "barge-operator:0.1.0",
 ) -> dict[str, Any]:
     """Bring the children in line with the spec and return the pool's new status."""
     meta = body["metadata"]
@@ -124,12 +189,19 @@ async def reconcile(
             ]
         except NotFound as exc:
             conds = [_cond("Ready", False, "SecretNotFound", str(exc))]
-        return {**_status(old, generation, conds, 0, endpoint), "quota": quota}
+        hpas = await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", meta["namespace"])
+        worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template)
+        return {
+            **_status(old, generation, _combine(conds + wconds), 0, endpoint),
+            "quota": quota,
+            "workers": worker_status,
+        }
 
     namespace = meta["namespace"]
     n = builders.names(meta["name"])
     children = builders.build_children(pool, prometheus_url)
-    hpa = conflicting_hpa(await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", namespace), n["deployment"])
+    hpas = await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", namespace)
+    hpa = conflicting_hpa(hpas, n["deployment"])
     if hpa is not None and pool.spec.engine is not None and pool.spec.engine.autoscaling is not None:
         children = [c for c in children if c["kind"] != "ScaledObject"]
         conds.append(
@@ -153,7 +225,24 @@ async def reconcile(
         if existing:
             await objects.delete(api_version, kind, namespace, n[role])
     ready, dconds = deployment_conditions(await objects.get("apps/v1", "Deployment", namespace, n["deployment"]), pool)
-    return {**_status(old, generation, conds + dconds, ready, endpoint), "quota": quota}
+    worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template)
+    return {
+        **_status(old, generation, _combine(conds + dconds + wconds), ready, endpoint),
+        "quota": quota,
+        "workers": worker_status,
+    }
+
+
+def _combine(conds: list[dict[str, str]]) -> list[dict[str, str]]:
+    """One condition per type: a True one wins, and messages of the same status are joined."""
+    out: dict[str, dict[str, str]] = {}
+    for c in conds:
+        before = out.get(c["type"])
+        if before is None or (c["status"] == "True" and before["status"] != "True"):
+            out[c["type"]] = dict(c)
+        elif c["status"] == before["status"] and c["message"] and c["message"] not in before["message"]:
+            before["message"] = "; ".join(m for m in (before["message"], c["message"]) if m)
+    return list(out.values())
 
 
 async def _owned(objects: Objects, api_version: str, kind: str, namespace: str, name: str, uid: str) -> bool:
