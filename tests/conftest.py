@@ -199,3 +199,39 @@ def postgres_url() -> Iterator[str]:
         server.terminate()
         server.wait(20)
         shutil.rmtree(data, ignore_errors=True)
+
+
+# --- redis-server from Debian's packages --------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    import shutil
+    import socket
+    import subprocess
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server not found: install Debian's redis-server package (.ci/run does)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    workdir = tempfile.mkdtemp(prefix="barge-redis-")
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)

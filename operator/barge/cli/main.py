@@ -155,3 +155,11 @@ def operator(
         peering=peering,
     )
     run_operator(config)
+
+
+@app.command()
+def worker(config: Annotated[Path, typer.Option("--config", help="Worker config (the operator's ConfigMap).")]) -> None:
+    """Run one replica of a queue worker (Redis Streams or RabbitMQ) against its InferencePool."""
+    from barge.workers.main import run as run_worker
+
+    run_worker(config)

@@ -1,0 +1,197 @@
+"""One replica of a queue worker: receive, answer through the pool, route the outcome, repeat.
+
+Messages follow the claim-check pattern: a small JSON body with `payloadUrl` (read through barge.storage) or
+an inline `payload` object, plus `tenant`, `correlationId` and optional `metadata`. Results are upserted as
+`<output.url>/<correlationId>.json`, so a redelivered message that was already answered is completed without
+calling the model again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from barge.batch.fallback import RateLimiter
+from barge.providers.base import BatchProvider, Outcome, Request
+from barge.providers.errors import Fatal
+from barge.storage import StorageError, StoragePolicy, join, locate, read_text, write_lines
+from barge.workers.queues import Message, Queue
+
+log = logging.getLogger("barge.worker")
+SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    model: str
+    system: str
+    template: str
+    max_tokens: int
+    params: dict[str, Any]
+    output_url: str
+    max_deliveries: int
+    requests_per_minute: int
+    tokens_per_minute: int
+    tokens_per_request: int
+    concurrency: int = 4
+    storage: StoragePolicy = field(default_factory=StoragePolicy)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], storage: StoragePolicy | None = None) -> WorkerSettings:
+        request = config.get("request") or {}
+        limits = config.get("limits") or {}
+        return cls(
+            model=str(config["model"]),
+            system=str(request.get("system", "")),
+            template=str(request.get("template", "{{ text }}")),
+            max_tokens=int(request.get("maxTokens", 1024)),
+            params=dict(request.get("params") or {}),
+            output_url=str(config["output"]["url"]),
+            max_deliveries=int(config.get("maxDeliveries", 5)),
+            requests_per_minute=int(limits.get("requestsPerMinute", 0)),
+            tokens_per_minute=int(limits.get("tokensPerMinute", 0)),
+            tokens_per_request=int(limits.get("tokensPerRequest", 1000)),
+            concurrency=int(config.get("concurrency", 4)),
+            storage=storage or StoragePolicy(),
+        )
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.processed = Counter("barge_worker_messages", "Messages finished", ["outcome"], registry=r)
+        self.dead = Counter("barge_worker_dead_lettered", "Messages dead-lettered", ["reason"], registry=r)
+        self.tokens = Counter("barge_worker_tokens", "Tokens used", ["tenant", "kind"], registry=r)
+        self.waits = Counter(
+            "barge_worker_limiter_wait_seconds", "Seconds spent waiting on the rate limiter", registry=r
+        )
+        self.in_flight = Gauge("barge_worker_in_flight", "Messages being processed", registry=r)
+
+
+class Worker:
+    def __init__(
+        self, queue: Queue, provider: BatchProvider, settings: WorkerSettings, metrics: Metrics | None = None
+    ) -> None:
+        self.queue = queue
+        self.provider = provider
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
+        self.template = ImmutableSandboxedEnvironment(undefined=StrictUndefined).from_string(settings.template)
+        self.stopping = asyncio.Event()
+        self.model_calls = 0
+
+    def _result_url(self, correlation_id: str) -> str:
+        return join(self.settings.output_url, f"{correlation_id}.json")
+
+    def _answered(self, correlation_id: str) -> bool:
+        fs, path = locate(self._result_url(correlation_id), self.settings.storage)
+        return bool(fs.exists(path))
+
+    def _payload(self, envelope: dict[str, Any]) -> dict[str, Any]:
+        if "payload" in envelope:
+            payload = envelope["payload"]
+        elif "payloadUrl" in envelope:
+            payload = json.loads(read_text(str(envelope["payloadUrl"]), self.settings.storage))
+        else:
+            raise ValueError("the message has neither payload nor payloadUrl")
+        if not isinstance(payload, dict):
+            raise ValueError("the payload must be a JSON object")
+        return payload
+
+    async def handle(self, message: Message) -> str:
+        """Process one message; returns what happened (for tests and metrics)."""
+        try:
+            envelope = json.loads(message.body)
+            correlation_id = str(envelope["correlationId"])
+            if not SAFE_ID.match(correlation_id):
+                raise ValueError(f"correlationId {correlation_id!r} must match {SAFE_ID.pattern}")
+            tenant = str(envelope.get("tenant", ""))
+        except (ValueError, KeyError, TypeError) as exc:
+            await self.queue.dead_letter(message, "invalid", f"malformed message: {exc}")
+            self.metrics.dead.labels("invalid").inc()
+            return "dead:invalid"
+        if self._answered(correlation_id):
+            await self.queue.complete(message)
+            self.metrics.processed.labels("duplicate").inc()
+            return "duplicate"
+        try:
+            payload = self._payload(envelope)
+            user = self.template.render(**payload)
+        except (ValueError, TemplateError, StorageError, OSError) as exc:
+            await self.queue.dead_letter(message, "invalid", str(exc))
+            self.metrics.dead.labels("invalid").inc()
+            return "dead:invalid"
+        before = self.limiter.waited
+        await self.limiter.acquire(len(self.settings.system + user) // 4 + self.settings.max_tokens)
+        self.metrics.waits.inc(self.limiter.waited - before)
+        request = Request(
+            correlation_id,
+            self.settings.model,
+            user,
+            self.settings.max_tokens,
+            self.settings.system,
+            params=dict(self.settings.params),
+        )
+        self.model_calls += 1
+        try:
+            result = await self.provider.complete(request)
+        except Fatal as exc:
+            log.error("provider refuses this worker's credentials or account: %s", exc.message)
+            await self.queue.abandon(message)
+            return "abandoned:fatal"
+        if result.retry_after:
+            self.limiter.pause(result.retry_after)
+        if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
+            record = {
+                "correlationId": correlation_id,
+                "tenant": tenant,
+                "status": result.outcome.value,
+                "output": result.text,
+                "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
+                "metadata": envelope.get("metadata") or {},
+            }
+            write_lines(self._result_url(correlation_id), [json.dumps(record).encode()], self.settings.storage)
+            await self.queue.complete(message)
+            self.metrics.processed.labels(result.outcome.value).inc()
+            self.metrics.tokens.labels(tenant, "input").inc(result.usage.input_tokens)
+            self.metrics.tokens.labels(tenant, "output").inc(result.usage.output_tokens)
+            return result.outcome.value
+        if result.outcome is Outcome.INVALID:
+            await self.queue.dead_letter(message, "invalid", f"{result.error_type}: {result.message}")
+            self.metrics.dead.labels("invalid").inc()
+            return "dead:invalid"
+        if message.deliveries >= self.settings.max_deliveries:
+            await self.queue.dead_letter(
+                message,
+                "infrastructure",
+                f"{result.error_type}: {result.message} after {message.deliveries} deliveries",
+            )
+            self.metrics.dead.labels("infrastructure").inc()
+            return "dead:infrastructure"
+        await self.queue.abandon(message)
+        self.metrics.processed.labels("abandoned").inc()
+        return "abandoned"
+
+    async def run(self, *, idle_exit: bool = False, wait_ms: int = 1000) -> None:
+        """Receive until stopped (SIGTERM sets `stopping`): in-flight messages finish, nothing new is taken."""
+        while not self.stopping.is_set():
+            batch = await self.queue.receive(self.settings.concurrency, wait_ms)
+            if not batch:
+                if idle_exit:
+                    return
+                continue
+            self.metrics.in_flight.inc(len(batch))
+            try:
+                await asyncio.gather(*(self.handle(m) for m in batch))
+            finally:
+                self.metrics.in_flight.dec(len(batch))
