@@ -235,3 +235,82 @@ def redis_url() -> Iterator[str]:
         server.terminate()
         server.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- rabbitmq-server from Debian's packages, a throwaway node ----------------------------------------------
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> Iterator[str]:
+    import shutil
+    import signal
+    import socket
+    import subprocess
+
+    if shutil.which("rabbitmq-server") is None:
+        pytest.fail("rabbitmq-server not found: install Debian's rabbitmq-server package (.ci/run does)")
+
+    def free() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+    port, dist, epmd = free(), free(), free()
+    base = Path(tempfile.mkdtemp(prefix="barge-rmq-"))
+    (base / "mnesia").mkdir()
+    (base / "log").mkdir()
+    (base / "plugins").write_text("[].")
+    (base / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n")
+    if os.geteuid() == 0:  # the Debian wrapper drops to the rabbitmq user
+        subprocess.run(["chown", "-R", "rabbitmq:rabbitmq", str(base)], check=False)
+        base.chmod(0o755)
+    env = {
+        **os.environ,
+        "RABBITMQ_NODENAME": f"barge-{port}@localhost",
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(dist),
+        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(base / "log"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "plugins"),
+        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq"),
+        "RABBITMQ_PID_FILE": str(base / "pid"),
+        "HOME": str(base),
+        "ERL_EPMD_PORT": str(epmd),
+    }
+    server = subprocess.Popen(
+        ["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("rabbitmq-server did not start") from None
+                time.sleep(0.25)
+        yield f"amqp://guest:guest@127.0.0.1:{port}/"
+    finally:
+        import contextlib
+
+        # The Debian wrapper runs the node as the rabbitmq user in its own session: stop it by name.
+        subprocess.run(
+            ["rabbitmqctl", "-n", env["RABBITMQ_NODENAME"], "stop"],
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(30)
+        subprocess.run(["pkill", "-f", f"barge-{port}@localhost"], check=False)
+        epmd_bin = shutil.which("epmd") or next(iter(sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"))), None)
+        if epmd_bin:  # the epmd this node started, on its own port
+            subprocess.run(
+                [str(epmd_bin), "-kill"],
+                env={**os.environ, "ERL_EPMD_PORT": str(epmd)},
+                capture_output=True,
+                check=False,
+            )
+        shutil.rmtree(base, ignore_errors=True)

@@ -158,3 +158,54 @@ async def test_rate_limit_share_is_enforced(redis_url: str, start_emulator: Fact
     assert emu.store.rate_limited == 0, "the replica's own limiter keeps it under the quota"
     assert len(list((tmp_path / "out").glob("*.json"))) == 5
     await w.queue.close()
+
+
+async def test_rabbitmq_outcomes(rabbitmq_url: str, start_emulator: Factory, tmp_path: Path) -> None:
+    import aio_pika
+
+    from barge.workers.queues import RabbitMQ
+
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    conn = await aio_pika.connect_robust(rabbitmq_url)
+    channel = await conn.channel()
+    await channel.declare_queue(name, durable=True)
+    for body in (
+        {"correlationId": "ok-1", "payload": {"text": "rabbit"}},
+        {"correlationId": "ok-1", "payload": {"text": "rabbit"}},
+        b"garbage",
+    ):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        await channel.default_exchange.publish(aio_pika.Message(data), routing_key=name)
+    emu = start_emulator()
+    w = Worker(
+        RabbitMQ(rabbitmq_url, name),
+        make_provider("openai", "k", base_url=f"{emu.url}/v1", sync_retries=0),
+        settings(tmp_path),
+    )
+    w.settings = settings(tmp_path)
+    for _ in range(3):
+        await w.run(idle_exit=True, wait_ms=300)
+    assert json.loads((tmp_path / "out" / "ok-1.json").read_text())["output"] == f"{REPLY_PREFIX}rabbit"
+    assert w.model_calls == 1, "the duplicate was completed without a second model call"
+
+    broken = start_emulator({"sync": {"outcomes": {"server_error": 1.0}}})
+    await channel.default_exchange.publish(
+        aio_pika.Message(json.dumps({"correlationId": "flaky", "payload": {"text": "x"}}).encode()), routing_key=name
+    )
+    w2 = Worker(
+        RabbitMQ(rabbitmq_url, name),
+        make_provider("openai", "k", base_url=f"{broken.url}/v1", sync_retries=0),
+        settings(tmp_path),
+    )
+    for _ in range(6):
+        await w2.run(idle_exit=True, wait_ms=300)
+    assert w2.model_calls == 3
+    dead = await channel.declare_queue(f"{name}.dead", durable=True)
+    reasons = []
+    while (message := await dead.get(fail=False, timeout=1)) is not None:
+        reasons.append(message.headers["x-barge-reason"])
+        await message.ack()
+    assert sorted(reasons) == ["infrastructure", "invalid"]
+    await w.queue.close()
+    await w2.queue.close()
+    await conn.close()

@@ -89,6 +89,7 @@ class Worker:
         self.template = ImmutableSandboxedEnvironment(undefined=StrictUndefined).from_string(settings.template)
         self.stopping = asyncio.Event()
         self.model_calls = 0
+        self._locks: dict[str, asyncio.Lock] = {}  # one answer per correlationId, even for duplicates in one batch
 
     def _result_url(self, correlation_id: str) -> str:
         return join(self.settings.output_url, f"{correlation_id}.json")
@@ -120,6 +121,15 @@ class Worker:
             await self.queue.dead_letter(message, "invalid", f"malformed message: {exc}")
             self.metrics.dead.labels("invalid").inc()
             return "dead:invalid"
+        lock = self._locks.setdefault(correlation_id, asyncio.Lock())
+        try:
+            async with lock:
+                return await self._answer(message, envelope, correlation_id, tenant)
+        finally:
+            if not lock.locked():
+                self._locks.pop(correlation_id, None)
+
+    async def _answer(self, message: Message, envelope: dict[str, Any], correlation_id: str, tenant: str) -> str:
         if self._answered(correlation_id):
             await self.queue.complete(message)
             self.metrics.processed.labels("duplicate").inc()
