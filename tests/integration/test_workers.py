@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from redis import asyncio as aioredis
 
 from barge.emulator.core import REPLY_PREFIX
@@ -148,15 +147,21 @@ async def test_killed_worker_message_is_redelivered_and_answered_once(
     await w.queue.close()
 
 
-@pytest.mark.parametrize("rpm", [120])
-async def test_rate_limit_share_is_enforced(redis_url: str, start_emulator: Factory, tmp_path: Path, rpm: int) -> None:
+async def test_rate_limit_share_is_enforced(redis_url: str, start_emulator: Factory, tmp_path: Path) -> None:
     stream = f"s-{uuid.uuid4().hex[:8]}"
-    emu = start_emulator({"sync": {"quota": {"requestsPerMinute": 5}}})
-    await push(redis_url, stream, *({"correlationId": f"m-{n}", "payload": {"text": "x"}} for n in range(5)))
-    w = worker_for(redis_url, stream, emu.url, tmp_path, limits={"requestsPerMinute": 5})
+    emu = start_emulator({"sync": {"quota": {"requestsPerMinute": 6}}})
+    await push(redis_url, stream, *({"correlationId": f"m-{n}", "payload": {"text": "x"}} for n in range(6)))
+    w = worker_for(redis_url, stream, emu.url, tmp_path, limits={"requestsPerMinute": 60})
     await w.run(idle_exit=True, wait_ms=200)
-    assert emu.store.rate_limited == 0, "the replica's own limiter keeps it under the quota"
-    assert len(list((tmp_path / "out").glob("*.json"))) == 5
+    assert emu.store.rate_limited == 0, "a replica paces itself: one request a second, never a burst"
+    assert len(list((tmp_path / "out").glob("*.json"))) == 6
+    unlimited = start_emulator({"sync": {"quota": {"requestsPerMinute": 3}}})
+    stream2 = f"s-{uuid.uuid4().hex[:8]}"
+    await push(redis_url, stream2, *({"correlationId": f"u-{n}", "payload": {"text": "x"}} for n in range(4)))
+    w2 = worker_for(redis_url, stream2, unlimited.url, tmp_path / "u", maxDeliveries=1)
+    await w2.run(idle_exit=True, wait_ms=200)
+    assert unlimited.store.rate_limited > 0, "without its limiter the same worker runs into 429s"
+    await w2.queue.close()
     await w.queue.close()
 
 

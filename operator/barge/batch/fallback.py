@@ -18,13 +18,20 @@ class RateLimiter:
     """Token buckets for requests/minute and tokens/minute (0 = unlimited), plus a shared pause."""
 
     def __init__(
-        self, requests_per_minute: int, tokens_per_minute: int, clock: Callable[[], float] = time.monotonic
+        self,
+        requests_per_minute: int,
+        tokens_per_minute: int,
+        clock: Callable[[], float] = time.monotonic,
+        burst_seconds: float = 60.0,
     ) -> None:
+        """`burst_seconds` of rate may be spent at once. A provider that counts over a sliding minute sees at most
+        (burst + 60 s) of rate in any minute, so a replica that must never exceed its share uses a small burst."""
         self.rpm = requests_per_minute
         self.tpm = tokens_per_minute
         self.clock = clock
-        self._requests = float(requests_per_minute)
-        self._tokens = float(tokens_per_minute)
+        self._burst = burst_seconds / 60
+        self._requests = max(1.0, requests_per_minute * self._burst)
+        self._tokens = tokens_per_minute * self._burst
         self._stamp = clock()
         self._paused_until = 0.0
         self._lock = asyncio.Lock()
@@ -38,12 +45,13 @@ class RateLimiter:
         elapsed = now - self._stamp
         self._stamp = now
         if self.rpm:
-            self._requests = min(float(self.rpm), self._requests + elapsed * self.rpm / 60)
+            self._requests = min(max(1.0, self.rpm * self._burst), self._requests + elapsed * self.rpm / 60)
         if self.tpm:
-            self._tokens = min(float(self.tpm), self._tokens + elapsed * self.tpm / 60)
+            self._tokens = min(self.tpm * self._burst, self._tokens + elapsed * self.tpm / 60)
 
     async def acquire(self, tokens: int) -> None:
-        tokens = min(tokens, self.tpm) if self.tpm else tokens  # one huge request must not wait forever
+        if self.tpm:  # one huge request must not wait forever
+            tokens = min(tokens, max(1, int(self.tpm * self._burst)))
         async with self._lock:
             while True:
                 self._refill()

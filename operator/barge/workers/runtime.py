@@ -85,7 +85,8 @@ class Worker:
         self.provider = provider
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
+        # A one-second burst: the replica paces itself instead of spending a minute of quota at start-up.
+        self.limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute, burst_seconds=1.0)
         self.template = ImmutableSandboxedEnvironment(undefined=StrictUndefined).from_string(settings.template)
         self.stopping = asyncio.Event()
         self.model_calls = 0
