@@ -11,34 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx2 as httpx
+from _common import start_emulator
 
 N_ANTHROPIC = int(os.environ.get("BENCH_EMULATOR_N", "100000"))
 N_OPENAI = min(N_ANTHROPIC, 50_000)
 PAD = "x" * 1900  # ~2 KB per Anthropic request -> ~200 MB at 100k
-
-
-def start() -> tuple[subprocess.Popen[str], str]:
-    profile = Path("/tmp/barge-bench-profile.yaml")
-    profile.write_text("batch:\n  processingSeconds: 1\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "barge.cli", "emulator", "--port", "0", "--profile", str(profile)],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if found := re.search(r"listening on (http://\S+)", line):
-            return proc, found.group(1)
-    raise RuntimeError("emulator did not start")
 
 
 def anthropic_body(n: int) -> Iterator[bytes]:
@@ -91,7 +73,7 @@ def naive_count(client: httpx.Client, url: str) -> tuple[int, float]:
 
 
 def main() -> None:
-    proc, base = start()
+    proc, base = start_emulator({"batch": {"processingSeconds": 1}})
     rows = []
     try:
         with httpx.Client(timeout=600, headers={"x-api-key": "bench", "authorization": "Bearer bench"}) as client:

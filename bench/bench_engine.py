@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _common import start_emulator
 
 PAD = "z" * 1900
 
@@ -29,21 +30,6 @@ def write_input(path: Path, n: int) -> int:
         for i in range(n):
             fh.write(json.dumps({"id": f"i{i}", "text": f"item {i} {PAD}"}).encode() + b"\n")
     return path.stat().st_size
-
-
-def start_emulator() -> tuple[subprocess.Popen[str], str]:
-    profile = Path(tempfile.gettempdir()) / "barge-bench-engine.yaml"
-    profile.write_text("batch:\n  processingSeconds: 1\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "barge.cli", "emulator", "--port", "0", "--profile", str(profile)],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if found := re.search(r"listening on (http://\S+)", line):
-            return proc, found.group(1)
-    raise RuntimeError("emulator did not start")
 
 
 # --- children -------------------------------------------------------------------------------------------------
@@ -191,7 +177,7 @@ def main() -> None:
         return
     sizes = [int(x) for x in os.environ.get("BENCH_SIZES", "10000,100000").split(",")]
     pg = os.environ.get("BENCH_PG_URL", "")
-    proc, url = start_emulator()
+    proc, url = start_emulator({"batch": {"processingSeconds": 1}})
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="barge-bench-") as tmp:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import socket
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import redis
 import yaml
+from _common import start_emulator
 
 WINDOW = float(os.environ.get("BENCH_WINDOW", "60"))
 TPM = 30_000
@@ -38,21 +38,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def start_emulator(tmp: Path) -> tuple[subprocess.Popen[str], str]:
-    profile = tmp / "profile.yaml"
-    profile.write_text(yaml.safe_dump({"sync": {"latencyMs": 50, "quota": {"tokensPerMinute": TPM}}}))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "barge.cli", "emulator", "--port", "0", "--profile", str(profile)],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if found := re.search(r"listening on (http://\S+)", line):
-            return proc, found.group(1)
-    raise RuntimeError("emulator did not start")
 
 
 def emulator_state(url: str) -> dict[str, int]:
@@ -124,7 +109,7 @@ def main() -> None:
         server = subprocess.Popen(
             [binary, "--port", str(port), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
         )
-        emu, emu_url = start_emulator(tmp)
+        emu, emu_url = start_emulator({"sync": {"latencyMs": 50, "quota": {"tokensPerMinute": TPM}}})
         try:
             time.sleep(0.5)
             redis_url = f"redis://127.0.0.1:{port}/0"

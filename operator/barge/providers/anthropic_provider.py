@@ -17,7 +17,7 @@ from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
 from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
-from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk
+from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
 
 CACHE_TTL = "1h"  # a shared system prefix outlives the default 5 minutes inside a long batch
 
@@ -162,17 +162,7 @@ class AnthropicProvider:
         try:
             message = await self.client.messages.create(**params(request))
         except anthropic.APIError as exc:
-            error = from_sdk(exc, anthropic)
-            if isinstance(error, Fatal):
-                raise error from exc
-            outcome = Outcome.TRANSIENT if isinstance(error, Transient) else Outcome.INVALID
-            return Result(
-                request.custom_id,
-                outcome,
-                error_type=error.error_type,
-                message=error.message,
-                retry_after=error.retry_after,
-            )
+            return sync_failure(request.custom_id, from_sdk(exc, anthropic), exc)
         return _message_result(request.custom_id, message.model_dump())
 
     async def close(self) -> None:

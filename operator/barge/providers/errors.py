@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from barge.providers.base import Outcome, Result
+
 
 class ProviderError(Exception):
     """Base of the domain errors raised by adapters; the SDK exception is chained as __cause__."""
@@ -109,3 +111,11 @@ def from_sdk(exc: BaseException, sdk: ModuleType) -> ProviderError:
     kind = kind or f"http_{exc.status_code}"
     cls = classify(exc.status_code, kind, message)
     return cls(f"{kind}: {message}", error_type=kind, retry_after=retry_after(exc.response.headers))
+
+
+def sync_failure(custom_id: str, error: ProviderError, cause: BaseException) -> Result:
+    """A synchronous call that failed: a per-request Result, or Fatal raised for the whole job."""
+    if isinstance(error, Fatal):
+        raise error from cause
+    outcome = Outcome.TRANSIENT if isinstance(error, Transient) else Outcome.INVALID
+    return Result(custom_id, outcome, error_type=error.error_type, message=error.message, retry_after=error.retry_after)

@@ -18,7 +18,7 @@ from openai.types import Batch
 
 from barge.providers import jsonl
 from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
-from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk
+from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
@@ -165,17 +165,7 @@ class OpenAIProvider:
         try:
             completion = await self.client.chat.completions.create(**body(request))
         except openai.APIError as exc:
-            error = from_sdk(exc, openai)
-            if isinstance(error, Fatal):
-                raise error from exc
-            outcome = Outcome.TRANSIENT if isinstance(error, Transient) else Outcome.INVALID
-            return Result(
-                request.custom_id,
-                outcome,
-                error_type=error.error_type,
-                message=error.message,
-                retry_after=error.retry_after,
-            )
+            return sync_failure(request.custom_id, from_sdk(exc, openai), exc)
         return _completion_result(request.custom_id, completion.model_dump())
 
     async def close(self) -> None:
