@@ -27,6 +27,9 @@ import redis
 import yaml
 from _common import start_emulator
 
+from barge.api.pool import InferencePool
+from barge.k8s.workers import quota_caps
+
 WINDOW = float(os.environ.get("BENCH_WINDOW", "120"))
 WARMUP = 15.0
 TPM = 30_000
@@ -54,7 +57,28 @@ def run(label: str, replicas: int, limit: bool, emu_url: str, redis_url: str, tm
     for n in range(5000):
         pipe.xadd(stream, {"body": json.dumps({"correlationId": f"{label}-{n}", "payload": {"text": TEXT}})})
     pipe.execute()
-    share_tpm = TPM // replicas if limit else 0
+    # The limits the operator would put in each replica's ConfigMap for a pool with this quota.
+    pool = InferencePool.model_validate(
+        {
+            "metadata": {"name": "bench", "namespace": "bench", "uid": "u"},
+            "spec": {
+                "model": "gpt-4o-mini",
+                "provider": {"type": "openai", "model": "gpt-4o-mini", "secretRef": {"name": "k"}},
+                "quota": {"tokensPerMinute": TPM},
+                "workers": [
+                    {
+                        "name": "w",
+                        "queue": {"type": "redis-streams", "address": "r", "stream": "s"},
+                        "tokensPerRequest": TOKENS_PER_REQUEST,
+                        "requestsPerMinutePerReplica": RPM_PER_REPLICA,
+                        "maxReplicas": replicas,
+                        "output": {"url": "file:///tmp/x/"},
+                    }
+                ],
+            },
+        }
+    )
+    cap = quota_caps(pool)["w"]
     config = {
         "model": "gpt-4o-mini",
         "provider": {"type": "openai", "baseURL": f"{emu_url}/v1"},
@@ -64,8 +88,8 @@ def run(label: str, replicas: int, limit: bool, emu_url: str, redis_url: str, tm
         "maxDeliveries": 5,
         "concurrency": 4,
         "limits": {
-            "requestsPerMinute": RPM_PER_REPLICA if limit else 0,
-            "tokensPerMinute": share_tpm,
+            "requestsPerMinute": cap.requests_per_minute if limit else 0,
+            "tokensPerMinute": cap.tokens_per_minute if limit else 0,
             "tokensPerRequest": TOKENS_PER_REQUEST,
         },
     }

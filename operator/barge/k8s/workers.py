@@ -21,6 +21,7 @@ from barge.api.pool import InferencePool, Worker
 from barge.k8s.pool import MANAGED_BY, bounded, endpoint, inherited_labels, object_meta
 
 WORKER_PORT = 9100
+HEADROOM = 0.95
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,15 @@ def quota_caps(pool: InferencePool) -> dict[str, Cap]:
             continue
         cap = max(1, math.floor(min(limits)))
         effective = min(w.max_replicas, cap)
+        # Each replica aims HEADROOM below its exact share: at 100% of a sliding-minute quota, jitter alone
+        # produces 429s (measured in bench/bench_workers.py).
         caps[w.name] = Cap(
             cap,
             effective,
-            min(w.requests_per_minute_per_replica, math.floor(rpm / effective))
+            min(w.requests_per_minute_per_replica, math.floor(rpm * HEADROOM / effective))
             if rpm
             else w.requests_per_minute_per_replica,
-            math.floor(tpm / effective) if tpm else 0,
+            math.floor(tpm * HEADROOM / effective) if tpm else 0,
         )
     return caps
 
