@@ -144,16 +144,13 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     import shutil
-    import socket
     import subprocess
 
     bindir = _pg_bin()
     data = Path(tempfile.mkdtemp(prefix="barge-pg-"))
     if os.geteuid() == 0:
         shutil.chown(data, "postgres", "postgres")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     subprocess.run(
         _as_postgres([str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "barge", "--no-sync"]),
         check=True,
@@ -201,19 +198,39 @@ def postgres_url() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, process: Any, what: str, timeout: float) -> None:
+    """Until something accepts connections on the port (or the process died, or time ran out)."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.2)
+
+
 # --- redis-server from Debian's packages --------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     import shutil
-    import socket
     import subprocess
 
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server not found: install Debian's redis-server package (.ci/run does)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     workdir = tempfile.mkdtemp(prefix="barge-redis-")
     server = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
@@ -221,15 +238,7 @@ def redis_url() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.1)
+        wait_for_port(port, server, "redis-server", 20)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         server.terminate()
@@ -242,18 +251,12 @@ def redis_url() -> Iterator[str]:
 def rabbitmq_url() -> Iterator[str]:
     import shutil
     import signal
-    import socket
     import subprocess
 
     if shutil.which("rabbitmq-server") is None:
         pytest.fail("rabbitmq-server not found: install Debian's rabbitmq-server package (.ci/run does)")
 
-    def free() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
-
-    port, dist, epmd = free(), free(), free()
+    port, dist, epmd = free_port(), free_port(), free_port()
     base = Path(tempfile.mkdtemp(prefix="barge-rmq-"))
     (base / "mnesia").mkdir()
     (base / "log").mkdir()
@@ -279,15 +282,7 @@ def rabbitmq_url() -> Iterator[str]:
         ["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("rabbitmq-server did not start") from None
-                time.sleep(0.25)
+        wait_for_port(port, server, "rabbitmq-server", 90)
         yield f"amqp://guest:guest@127.0.0.1:{port}/"
     finally:
         import contextlib

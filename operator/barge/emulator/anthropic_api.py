@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +12,6 @@ from aiohttp import web
 from barge.emulator.core import (
     BATCH_EXPIRY_SECONDS,
     STORE,
-    SYNC_WINDOW,
     Answer,
     Batch,
     Item,
@@ -22,6 +20,7 @@ from barge.emulator.core import (
     item_from_messages,
     status_word,
     stream_bytes,
+    sync_call,
     valid_custom_id,
 )
 
@@ -246,16 +245,13 @@ async def create_message(request: web.Request) -> web.Response:
     item = item_from_messages("sync", body)
     if item.invalid:
         return error(400, item.invalid)
-    wait = request.app[SYNC_WINDOW].admit(item.input_tokens + item.max_tokens)
-    if wait:
-        store.rate_limited += 1
+    outcome = await sync_call(request.app, item)
+    if isinstance(outcome, float):
         return error(
             429,
             "Number of request tokens has exceeded your per-minute rate limit",
-            headers={"retry-after": str(max(1, round(wait)))},
+            headers={"retry-after": str(max(1, round(outcome)))},
         )
-    await asyncio.sleep(store.profile.sync.latency_ms / 1000)
-    outcome = store.sync_outcome()
     if outcome == "server_error":
         return error(529, "Overloaded")
     ans = answer(item, outcome, cache_hit=False)

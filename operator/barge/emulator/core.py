@@ -8,6 +8,7 @@ Status is computed from the clock on every read: nothing runs in the background.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import random
@@ -366,3 +367,16 @@ async def stream_bytes(request: web.Request, body: bytes, content_type: str) -> 
         await response.write(view[start : start + (1 << 20)])
     await response.write_eof()
     return response
+
+
+async def sync_call(app: web.Application, item: Item) -> str | float:
+    """Quota, latency and the drawn outcome of one synchronous call, the same for every provider's endpoint.
+
+    Returns the outcome, or the seconds to wait (for Retry-After) when the call is over the quota."""
+    store = app[STORE]
+    wait = app[SYNC_WINDOW].admit(item.input_tokens + item.max_tokens)
+    if wait:
+        store.rate_limited += 1
+        return wait
+    await asyncio.sleep(store.profile.sync.latency_ms / 1000)
+    return store.sync_outcome()

@@ -7,7 +7,6 @@ services do; per-request problems end up as lines in the error file.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -17,7 +16,6 @@ from aiohttp import BodyPartReader, web
 from barge.emulator.core import (
     BATCH_EXPIRY_SECONDS,
     STORE,
-    SYNC_WINDOW,
     Answer,
     Batch,
     Item,
@@ -27,6 +25,7 @@ from barge.emulator.core import (
     item_from_messages,
     status_word,
     stream_bytes,
+    sync_call,
     valid_custom_id,
 )
 
@@ -454,18 +453,15 @@ async def chat_completion(request: web.Request) -> web.Response:
     item = item_from_messages("sync", body)
     if item.invalid:
         return error(400, item.invalid)
-    wait = request.app[SYNC_WINDOW].admit(item.input_tokens + item.max_tokens)
-    if wait:
-        store.rate_limited += 1
+    outcome = await sync_call(request.app, item)
+    if isinstance(outcome, float):
         return error(
             429,
             "Rate limit reached for requests",
             type_="requests",
             code="rate_limit_exceeded",
-            headers={"retry-after": str(max(1, round(wait)))},
+            headers={"retry-after": str(max(1, round(outcome)))},
         )
-    await asyncio.sleep(store.profile.sync.latency_ms / 1000)
-    outcome = store.sync_outcome()
     if outcome == "server_error":
         return error(500, "The server had an error while processing your request.", type_="server_error")
     ans = answer(item, outcome, cache_hit=False)
