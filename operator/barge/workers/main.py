@@ -13,7 +13,7 @@ import yaml
 from prometheus_client import start_http_server
 
 from barge.providers import make_provider
-from barge.workers.queues import Queue, RabbitMQ, RedisStreams
+from barge.workers.queues import Queue, RabbitMQ, RedisStreams, ServiceBus
 from barge.workers.runtime import Metrics, Worker, WorkerSettings
 
 
@@ -30,10 +30,11 @@ def make_queue(config: dict[str, Any]) -> Queue:
         )
     if q["type"] == "rabbitmq":
         return RabbitMQ(secret or q["address"], q["queueName"])
-    raise ValueError(
-        f"queue type {q['type']!r} is not supported by this worker version "
-        "(azure-servicebus: the operator generates its ScaledObject, the runtime is not built yet)"
-    )
+    if q["type"] == "azure-servicebus":
+        if not secret:
+            raise ValueError("azure-servicebus needs queue.authSecretRef (a connection string)")
+        return ServiceBus(secret, q["queueName"])
+    raise ValueError(f"unknown queue type {q['type']!r}")
 
 
 def run(config_path: Path) -> None:

@@ -179,3 +179,49 @@ class RabbitMQ:
     async def close(self) -> None:
         if self._conn is not None:
             await self._conn.close()
+
+
+class ServiceBus:
+    """Azure Service Bus in peek-lock mode: complete, abandon (the broker counts deliveries and dead-letters past
+    its own MaxDeliveryCount), dead-letter with reason and description. One pooled connection per replica."""
+
+    def __init__(self, connection_string: str, queue: str, *, client: Any = None) -> None:
+        if client is None:
+            from azure.servicebus.aio import ServiceBusClient
+
+            client = ServiceBusClient.from_connection_string(connection_string)
+        self.client = client
+        self.queue = queue
+        self._receiver: Any = None
+
+    async def _open(self) -> Any:
+        if self._receiver is None:
+            self._receiver = self.client.get_queue_receiver(queue_name=self.queue, prefetch_count=0)
+        return self._receiver
+
+    async def receive(self, max_messages: int, wait_ms: int) -> list[Message]:
+        receiver = await self._open()
+        received = await receiver.receive_messages(max_message_count=max_messages, max_wait_time=wait_ms / 1000)
+        return [
+            Message(
+                str(m.message_id),
+                b"".join(m.body) if not isinstance(m.body, bytes) else m.body,
+                int(m.delivery_count or 0) + 1,
+                m,
+            )
+            for m in received
+        ]
+
+    async def complete(self, message: Message) -> None:
+        await (await self._open()).complete_message(message.handle)
+
+    async def abandon(self, message: Message) -> None:
+        await (await self._open()).abandon_message(message.handle)
+
+    async def dead_letter(self, message: Message, reason: str, detail: str) -> None:
+        await (await self._open()).dead_letter_message(message.handle, reason=reason, error_description=detail[:4096])
+
+    async def close(self) -> None:
+        if self._receiver is not None:
+            await self._receiver.close()
+        await self.client.close()
