@@ -146,6 +146,24 @@ def test_prices() -> None:
     assert prices.money(Decimal("0")) == "0"
 
 
+async def test_rate_limiter_keeps_the_long_run_token_rate() -> None:
+    now = [0.0]
+
+    async def fake_sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    limiter = RateLimiter(requests_per_minute=0, tokens_per_minute=600, clock=lambda: now[0], burst_seconds=1.0)
+    original = asyncio.sleep
+    asyncio.sleep = fake_sleep  # type: ignore[assignment]
+    try:
+        for _ in range(31):
+            await limiter.acquire(100)  # each request is larger than the 10-token bucket
+    finally:
+        asyncio.sleep = original
+    # 3,100 tokens at 600 a minute: about 5 minutes, not the 31 seconds a clipped count would allow
+    assert now[0] == pytest.approx(300, rel=0.05)
+
+
 async def test_rate_limiter_paces_requests() -> None:
     now = [0.0]
     slept: list[float] = []

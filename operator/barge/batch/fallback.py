@@ -50,16 +50,17 @@ class RateLimiter:
             self._tokens = min(self.tpm * self._burst, self._tokens + elapsed * self.tpm / 60)
 
     async def acquire(self, tokens: int) -> None:
-        if self.tpm:  # one huge request must not wait forever
-            tokens = min(tokens, max(1, int(self.tpm * self._burst)))
+        # A request larger than the bucket waits for a full bucket and leaves it in debt, so the long-run rate
+        # stays exact and one huge request never waits forever.
+        need = min(tokens, self.tpm * self._burst) if self.tpm else 0
         async with self._lock:
             while True:
                 self._refill()
                 wait = max(0.0, self._paused_until - self.clock())
                 if self.rpm and self._requests < 1:
                     wait = max(wait, (1 - self._requests) * 60 / self.rpm)
-                if self.tpm and self._tokens < tokens:
-                    wait = max(wait, (tokens - self._tokens) * 60 / self.tpm)
+                if self.tpm and self._tokens < need:
+                    wait = max(wait, (need - self._tokens) * 60 / self.tpm)
                 if wait <= 0:
                     if self.rpm:
                         self._requests -= 1
