@@ -240,8 +240,7 @@ def test_queue_workers_get_capped_scaled_objects(cluster: Cluster, namespace: st
     config = kubectl_json(cluster, "-n", namespace, "get", "configmap", "ingest-mini-doc-ingest-worker")
     assert SECRET not in json.dumps(config)
 
-    # a hand-made HPA on the worker's Deployment: no ScaledObject beside it
-    cluster.run_kubectl("-n", namespace, "delete", "scaledobjects.keda.sh", "rescoring-rescore-worker")
+    # a hand-made HPA appears on the worker's Deployment: Barge's ScaledObject goes, ScalingConflict names the HPA
     cluster.run_kubectl(
         "-n",
         namespace,

@@ -118,6 +118,11 @@ async def reconcile_workers(
             conflicts.append(
                 f"worker {worker.name}: HorizontalPodAutoscaler {hpa!r} already targets {n['deployment']!r}"
             )
+            # A ScaledObject made before the HPA appeared would now fight it: remove ours.
+            if await _owned(
+                objects, "keda.sh/v1alpha1", "ScaledObject", meta["namespace"], n["scaledobject"], meta["uid"]
+            ):
+                await objects.delete("keda.sh/v1alpha1", "ScaledObject", meta["namespace"], n["scaledobject"])
         for child in children:
             if child is not None:
                 await objects.apply(child)
