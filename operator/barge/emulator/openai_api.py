@@ -317,17 +317,25 @@ def _validate_lines(data: bytes, provider: ProviderName) -> tuple[list[Item], li
     return items, errors
 
 
-async def create_batch(request: web.Request) -> web.Response:
-    store = _store(request)
-    provider = _provider(request)
-    if store.profile.billing_error:
-        return billing_error()
+async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object, or the provider's 400 answer when it is not one."""
     try:
         body = json.loads(await request.read())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return error(400, "We could not parse the JSON body of your request.")
     if not isinstance(body, dict):
         return error(400, "The body must be a JSON object.")
+    return body
+
+
+async def create_batch(request: web.Request) -> web.Response:
+    store = _store(request)
+    provider = _provider(request)
+    if store.profile.billing_error:
+        return billing_error()
+    body = await _json_object(request)
+    if isinstance(body, web.Response):
+        return body
     file_id = body.get("input_file_id")
     meta = store.files.get(file_id) if isinstance(file_id, str) else None
     if meta is None or meta["kind"] != "input":
@@ -440,12 +448,9 @@ async def chat_completion(request: web.Request) -> web.Response:
     store = _store(request)
     if store.profile.billing_error:
         return billing_error()
-    try:
-        body = json.loads(await request.read())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return error(400, "We could not parse the JSON body of your request.")
-    if not isinstance(body, dict):
-        return error(400, "The body must be a JSON object.")
+    body = await _json_object(request)
+    if isinstance(body, web.Response):
+        return body
     if "deployment" in request.match_info:
         body.setdefault("model", request.match_info["deployment"])
     if body.get("stream"):

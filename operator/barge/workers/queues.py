@@ -142,10 +142,10 @@ class RabbitMQ:
     async def complete(self, message: Message) -> None:
         await message.handle.ack()
 
-    async def abandon(self, message: Message) -> None:
+    async def _move(self, message: Message, headers: dict[str, Any], routing_key: str) -> None:
+        """Publish a persistent copy with `headers` to `routing_key`, then ack the original."""
         import aio_pika
 
-        headers = {**(message.handle.headers or {}), "x-barge-deliveries": message.deliveries}
         await self._channel.default_exchange.publish(
             aio_pika.Message(
                 message.body,
@@ -153,28 +153,21 @@ class RabbitMQ:
                 message_id=message.handle.message_id,
                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             ),
-            routing_key=self.queue_name,
+            routing_key=routing_key,
         )
         await message.handle.ack()
 
-    async def dead_letter(self, message: Message, reason: str, detail: str) -> None:
-        import aio_pika
+    async def abandon(self, message: Message) -> None:
+        headers = {**(message.handle.headers or {}), "x-barge-deliveries": message.deliveries}
+        await self._move(message, headers, self.queue_name)
 
+    async def dead_letter(self, message: Message, reason: str, detail: str) -> None:
         headers: dict[str, Any] = {
             "x-barge-reason": reason,
             "x-barge-detail": detail[:1000],
             "x-barge-deliveries": message.deliveries,
         }
-        await self._channel.default_exchange.publish(
-            aio_pika.Message(
-                message.body,
-                headers=headers,
-                message_id=message.handle.message_id,
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            ),
-            routing_key=self.dead,
-        )
-        await message.handle.ack()
+        await self._move(message, headers, self.dead)
 
     async def close(self) -> None:
         if self._conn is not None:
