@@ -1,4 +1,4 @@
-"""A real, local Kubernetes control plane (etcd + kube-apiserver) on loopback, for tests and the demo.
+"""A real, local Kubernetes control plane (etcd + kube-apiserver) on loopback, for tests and the demo; helm too.
 
 Why: an operator is only judged honestly by a real API server (structural schemas, CEL, server-side
 apply, RBAC). Docker does not run here and no binaries may be downloaded, so etcd, kube-apiserver and
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ from pathlib import Path
 
 K8S_VERSION = "1.34.4"
 ETCD_VERSION = "3.6.16"
+HELM_VERSION = "4.3.2"
 
 TOOLS = Path(__file__).resolve().parent
 REPO = TOOLS.parent
@@ -63,12 +65,22 @@ def binaries() -> dict[str, Path]:
         "etcd": _bin_dir("etcd", ETCD_VERSION) / "etcd",
         "kube-apiserver": k8s / "kube-apiserver",
         "kubectl": k8s / "kubectl",
+        "kube-controller-manager": k8s / "kube-controller-manager",
+        "helm": _bin_dir("helm", HELM_VERSION) / "helm",
     }
 
 
-def _go_build(module: str, out: Path, packages: list[str]) -> None:
+def _go_build(module: str, out: Path, packages: list[str], ldflags: str = "") -> None:
     if all((out / Path(p).name).exists() for p in packages):
         return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f".{module}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # several test sessions may ask for the same build at once
+        if not all((out / Path(p).name).exists() for p in packages):
+            _go_build_locked(module, out, packages, ldflags)
+
+
+def _go_build_locked(module: str, out: Path, packages: list[str], ldflags: str) -> None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -77,7 +89,10 @@ def _go_build(module: str, out: Path, packages: list[str]) -> None:
         f"building {', '.join(Path(p).name for p in packages)} from Go modules (first time only) ...",
         flush=True,
     )
-    subprocess.run(["go", "build", "-trimpath", "-o", str(tmp) + "/", *packages], cwd=TOOLS / module, check=True)
+    flags = [f"-ldflags={ldflags}"] if ldflags else []
+    subprocess.run(
+        ["go", "build", "-trimpath", *flags, "-o", str(tmp) + "/", *packages], cwd=TOOLS / module, check=True
+    )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     print(f"built {module} in {time.monotonic() - started:.0f}s -> {out}", flush=True)
@@ -86,7 +101,17 @@ def _go_build(module: str, out: Path, packages: list[str]) -> None:
 def build() -> dict[str, Path]:
     bins = binaries()
     _go_build("etcd", bins["etcd"].parent, ["./cmd/etcd"])
-    _go_build("k8s", bins["kube-apiserver"].parent, ["./cmd/kube-apiserver", "./cmd/kubectl"])
+    _go_build(
+        "k8s",
+        bins["kube-apiserver"].parent,
+        ["./cmd/kube-apiserver", "./cmd/kubectl", "./cmd/kube-controller-manager"],
+    )
+    _go_build(
+        "helm",
+        bins["helm"].parent,
+        ["./cmd/helm"],
+        ldflags=f"-X helm.sh/helm/v4/internal/version.version=v{HELM_VERSION}",
+    )
     return bins
 
 
