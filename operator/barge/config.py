@@ -6,6 +6,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
+from barge.policy import Policy, parse
+
 
 def _roots(text: str) -> tuple[Path, ...]:
     return tuple(Path(p) for p in text.split(":") if p)
@@ -40,6 +44,9 @@ class OperatorConfig:
     pool_endpoint_template: str = "http://{name}.{namespace}.svc:8000/v1"
     """How the operator reaches an engine pool's Service (BARGE_POOL_ENDPOINT_TEMPLATE; override it when the
     operator runs outside the cluster, e.g. through a port-forward)."""
+    policy: Policy = field(default_factory=Policy)
+    """What tenants may do (BARGE_POLICY_FILE, a YAML document the chart mounts; BARGE_ALLOWED_FILE_ROOTS are
+    added to its storage prefixes). Without a file: no storage URL, no endpoint beyond the providers' own."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -57,7 +64,17 @@ class OperatorConfig:
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if "policy" not in overrides or overrides["policy"] is None:
+            values["policy"] = load_policy(env.get("BARGE_POLICY_FILE"), env.get("BARGE_ALLOWED_FILE_ROOTS", ""))
         config = cls(**values)  # type: ignore[arg-type]
         if config.poll_seconds <= 0:
             raise ValueError("poll seconds must be positive")
         return config
+
+
+def load_policy(path: str | None, file_roots: str = "") -> Policy:
+    """The admin's policy file (YAML) plus the legacy file roots; a broken file stops the operator at start-up."""
+    data = yaml.safe_load(Path(path).read_text()) if path else None
+    if data is not None and not isinstance(data, dict):
+        raise ValueError(f"policy file {path}: expected a mapping at the top")
+    return parse(data, [r for r in file_roots.split(":") if r])

@@ -1,13 +1,15 @@
 """Input and output through fsspec (file, s3, az, gs, http), streamed, with path safety.
 
 Why here and nowhere else: every byte Barge reads from or writes to a user's storage passes through these
-functions, so the safety rules (allowed roots for file://, no `..` escapes, no link-local or metadata
-addresses over http) are enforced in one place.
+functions, so the safety rules (the tenant's storage prefixes from barge.policy for every scheme, checked
+again after symlinks are resolved; no `..` escapes; no link-local or metadata addresses over http; the
+`.partial` file of a local write created fresh, never through a planted link) are enforced in one place.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import socket
 from collections.abc import Iterable, Iterator
@@ -18,6 +20,8 @@ from urllib.parse import urlparse
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+
+from barge.policy import Refused, check_storage
 
 BOM = b"\xef\xbb\xbf"
 REMOTE_SCHEMES = {"s3": "s3", "az": "az", "abfs": "abfs", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "https"}
@@ -38,6 +42,18 @@ class StoragePolicy:
     """Relative paths resolve against this (the manifest's folder in local runs)."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """fsspec storage options per protocol (credentials from a Secret in operator mode)."""
+    prefixes: tuple[str, ...] | None = None
+    """None: no tenancy (local runs). Otherwise every URL must lie under one of these (the tenant's storage
+    prefixes, placeholders expanded), file:// URLs also after symlinks are resolved."""
+
+
+def _checked(url: str, policy: StoragePolicy) -> None:
+    if policy.prefixes is None:
+        return
+    try:
+        check_storage(url, policy.prefixes)
+    except Refused as exc:
+        raise StorageError(str(exc)) from None
 
 
 def _check_http_host(host: str) -> None:
@@ -76,7 +92,13 @@ def locate(url: str, policy: StoragePolicy) -> tuple[Any, str]:
         text = parsed.path if scheme == "file" else url
         if scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise StorageError(f"file:// URLs must not name a host: {url!r}")
-        return fsspec.filesystem("file"), str(_local(text, policy))
+        if policy.prefixes is not None and not Path(text).is_absolute():
+            raise StorageError(f"relative path {text!r} is not allowed here; use file:// under a storage prefix")
+        _checked(url if scheme == "file" else "file://" + text, policy)
+        resolved = _local(text, policy)
+        _checked("file://" + str(resolved), policy)  # a symlink cannot lead out of the tenant's prefix
+        return fsspec.filesystem("file"), str(resolved)
+    _checked(url, policy)
     if scheme not in REMOTE_SCHEMES:
         raise StorageError(f"unsupported URL scheme {scheme!r} in {url!r}: use file://, s3://, az://, gs://, https://")
     protocol = REMOTE_SCHEMES[scheme]
@@ -124,17 +146,69 @@ def write_lines(url: str, lines: Iterable[bytes], policy: StoragePolicy) -> int:
     if local:
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     count = 0
-    tmp = path + ".partial" if local else path
-    with fs.open(tmp, "wb") as out:
+    if not local:
+        with fs.open(path, "wb") as out:
+            for line in lines:
+                out.write(line + b"\n")
+                count += 1
+        return count
+    tmp = path + ".partial"
+    _checked("file://" + tmp, policy)
+    if os.path.lexists(tmp):
+        os.unlink(tmp)  # removes a planted link itself, never what it points to
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "wb") as out:
         for line in lines:
             out.write(line + b"\n")
             count += 1
-    if tmp != path:
-        fs.mv(tmp, path)  # local writes appear whole or not at all
+    os.replace(tmp, path)  # local writes appear whole or not at all; replaces a link at `path`, not its target
     return count
 
 
-def read_text(url: str, policy: StoragePolicy) -> str:
+def read_text(url: str, policy: StoragePolicy, limit: int | None = None) -> str:
+    """A whole small object as text; more than `limit` bytes is an error (and no more than that is read)."""
     fs, path = locate(url, policy)
-    with fs.open(path, "rb") as handle:
-        return bytes(handle.read()).decode()
+    if limit is not None and os.path.exists(path) and isinstance(fs, LocalFileSystem) and not os.path.isfile(path):
+        raise StorageError(f"{url} is not a regular file")
+    try:
+        with fs.open(path, "rb") as handle:
+            data = bytes(handle.read(limit + 1) if limit is not None else handle.read())
+    except FileNotFoundError as exc:
+        raise StorageError(f"not found: {url}") from exc
+    if limit is not None and len(data) > limit:
+        raise StorageError(f"{url} is larger than the {limit}-byte limit")
+    return data.decode()
+
+
+def credential_options(scheme: str, secret: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """fsspec options for one storage scheme from a credentials Secret's keys (see the README for the keys)."""
+    scheme = {"abfs": "az", "gcs": "gs"}.get(scheme, scheme)
+    if scheme == "s3":
+        opts: dict[str, Any] = {"key": secret.get("aws_access_key_id"), "secret": secret.get("aws_secret_access_key")}
+        if not opts["key"] or not opts["secret"]:
+            raise StorageError("an s3 credentials Secret needs aws_access_key_id and aws_secret_access_key")
+        if secret.get("aws_session_token"):
+            opts["token"] = secret["aws_session_token"]
+        client: dict[str, str] = {}
+        if secret.get("endpoint_url"):
+            client["endpoint_url"] = secret["endpoint_url"]
+        if secret.get("region"):
+            client["region_name"] = secret["region"]
+        if client:
+            opts["client_kwargs"] = client
+        return {"s3": opts}
+    if scheme == "az":
+        keys = ("account_name", "account_key", "sas_token", "connection_string")
+        az = {k: secret[k] for k in keys if secret.get(k)}
+        if not az.get("connection_string") and not (
+            az.get("account_name") and (az.get("account_key") or az.get("sas_token"))
+        ):
+            raise StorageError(
+                "an az credentials Secret needs connection_string, or account_name with account_key or sas_token"
+            )
+        return {"az": dict(az), "abfs": dict(az)}
+    if scheme == "gs":
+        if not secret.get("service_account.json"):
+            raise StorageError("a gs credentials Secret needs service_account.json")
+        return {"gcs": {"token": json.loads(secret["service_account.json"])}}
+    return {}

@@ -1,0 +1,326 @@
+"""Tenancy policy: the one place that answers "may this team do this?".
+
+One operator serves many teams, each in its own namespace. The platform admin writes a policy (a YAML file,
+BARGE_POLICY_FILE, mounted by the chart); tenants never see or change it. Every check is a pure function of
+the policy and plain values, so the whole model is table-tested without a cluster, and a refusal is a
+`Refused(policy, message)` that the operator turns into `Admitted=False` (reason = the policy's name) before
+any byte is read or sent.
+
+| question                                  | answer                                                          |
+| ----------------------------------------- | --------------------------------------------------------------- |
+| which tenant is this namespace?           | label barge.dev/tenant, else the namespace name; spec.tenant    |
+|                                           | may only repeat it (TenantPolicy)                                |
+| may this URL be read or written?          | only under a storage prefix of the tenant, {namespace}/{tenant}  |
+|                                           | expanded; file, s3, az, gs, http(s) alike; no `..` (StoragePolicy)|
+| may object storage use the operator's     | only if ambientCredentials is true; otherwise the job brings     |
+| own cloud credentials?                    | credentialsSecretRef (CredentialPolicy)                          |
+| may this Secret be used?                  | only with label barge.dev/credential: "true" (SecretPolicy)      |
+| may requests go to this base URL?         | the provider's own hosts or an allowlisted host; https unless    |
+|                                           | the host is allowlisted; loopback, private, link-local and       |
+|                                           | metadata addresses only where the entry says private: true;      |
+|                                           | checked again for every connection (EndpointPolicy)              |
+| may this pool run this image, these flags?| images matching pools.images; extra flags named in               |
+|                                           | pools.extraFlags (ImagePolicy)                                   |
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import posixpath
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+TENANT_LABEL = "barge.dev/tenant"
+CREDENTIAL_LABEL = "barge.dev/credential"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+#: Canonical scheme of every storage URL form Barge accepts (`abfs` is fsspec's name for az, `gcs` for gs).
+SCHEMES = {
+    "file": "file",
+    "s3": "s3",
+    "az": "az",
+    "abfs": "az",
+    "gs": "gs",
+    "gcs": "gs",
+    "http": "http",
+    "https": "https",
+}
+OBJECT_STORES = frozenset({"s3", "az", "gs"})
+PLACEHOLDERS = ("{namespace}", "{tenant}")
+#: Hosts each provider's SDK talks to when no base URL is given; always allowed (as https).
+PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("api.anthropic.com",),
+    "openai": ("api.openai.com",),
+    "azure-openai": ("*.openai.azure.com", "*.cognitiveservices.azure.com"),
+}
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"})
+METADATA_ADDRESSES = frozenset({"169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200"})
+DEFAULT_IMAGES = ("vllm/vllm-openai:*", "docker.io/vllm/vllm-openai:*")
+MAX_ERROR_CHARS = 300
+
+
+class Refused(Exception):
+    """Something the admin's policy does not allow; `policy` names the rule (it becomes the condition reason)."""
+
+    def __init__(self, policy: str, message: str) -> None:
+        super().__init__(f"{policy}: {message}")
+        self.policy = policy
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One allowlisted provider host."""
+
+    host: str
+    """Exact host name or IP, or `*.suffix` for every host under a domain."""
+    private: bool = False
+    """May resolve to loopback, private, link-local or metadata addresses (an in-cluster proxy, an emulator)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What tenants may do; built once from the admin's file and passed explicitly."""
+
+    storage_prefixes: tuple[str, ...] = ()
+    """URL prefixes every tenant may read and write, with {namespace}/{tenant} placeholders; none: no storage URL."""
+    tenant_storage: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(tenant, prefixes): a tenant listed here gets exactly these instead of storage_prefixes."""
+    ambient_credentials: bool = False
+    """Object storage may be read with the operator's own cloud identity when a job brings no credentials."""
+    endpoints: tuple[Endpoint, ...] = ()
+    """Provider hosts allowed beside the providers' own (PROVIDER_HOSTS)."""
+    images: tuple[str, ...] = DEFAULT_IMAGES
+    """Image patterns (fnmatch) an InferencePool engine may run."""
+    extra_flags: tuple[str, ...] = ()
+    """Engine flags (`--name`) allowed in spec.engine.args.extra; none by default."""
+    max_payload_bytes: int = 10 * 1024 * 1024
+    """Largest claim-check payload a worker reads (payloadUrl)."""
+
+    def prefixes_for(self, namespace: str, tenant: str) -> tuple[str, ...]:
+        """The storage prefixes of one tenant, placeholders expanded."""
+        chosen = dict(self.tenant_storage).get(tenant, self.storage_prefixes)
+        return tuple(p.replace("{namespace}", namespace).replace("{tenant}", tenant) for p in chosen)
+
+
+# --- tenant ----------------------------------------------------------------------------------------------------
+def tenant_of(namespace: str, labels: Mapping[str, str] | None, spec_tenant: str = "") -> str:
+    """The namespace's tenant (admin-set label, else its name); spec.tenant may only repeat it."""
+    tenant = (labels or {}).get(TENANT_LABEL) or namespace
+    if not DNS_LABEL.match(tenant):
+        raise Refused("TenantPolicy", f"namespace label {TENANT_LABEL}={tenant!r} is not a DNS label")
+    if spec_tenant and spec_tenant != tenant:
+        raise Refused(
+            "TenantPolicy",
+            f"spec.tenant {spec_tenant!r} differs from this namespace's tenant {tenant!r} "
+            f"(set by the admin as label {TENANT_LABEL}); leave spec.tenant empty or repeat it",
+        )
+    return tenant
+
+
+# --- storage ---------------------------------------------------------------------------------------------------
+def normalise(url: str) -> str:
+    """scheme://netloc/path with the canonical scheme; a bare absolute path is file://. Refuses `..` and query."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "" and url.startswith("/"):
+        scheme, netloc, path = "file", "", url
+    elif scheme in SCHEMES:
+        scheme, netloc, path = SCHEMES[scheme], parts.netloc, parts.path
+    else:
+        raise Refused("StoragePolicy", f"unsupported storage URL {url!r}: use file://, s3://, az://, gs://, https://")
+    if scheme == "file" and netloc not in ("", "localhost"):
+        raise Refused("StoragePolicy", f"file:// URLs must not name a host: {url!r}")
+    if scheme == "file":
+        netloc = ""
+    if parts.query or parts.fragment or "@" in netloc:
+        raise Refused("StoragePolicy", f"storage URLs take no query, fragment or user: {url!r}")
+    segments = path.split("/")
+    if ".." in segments or "." in segments or "\\" in path or "\x00" in path:
+        raise Refused("StoragePolicy", f"'..', '.' and backslashes are not allowed in {url!r}")
+    if scheme != "file" and not netloc:
+        raise Refused("StoragePolicy", f"{url!r} names no bucket or host")
+    return f"{scheme}://{netloc.lower() if scheme in ('http', 'https') else netloc}{posixpath.normpath(path or '/')}"
+
+
+def check_storage(url: str, prefixes: Iterable[str]) -> None:
+    """`url` must lie under one of the (already expanded) prefixes, on a path-segment boundary."""
+    target = normalise(url)
+    allowed = tuple(prefixes)
+    for prefix in allowed:
+        base = normalise(prefix).rstrip("/")
+        if target == base or target.startswith(base + "/"):
+            return
+    shown = ", ".join(allowed) or "(none: the admin has configured no storage for this tenant)"
+    raise Refused("StoragePolicy", f"{url} is outside this tenant's storage prefixes: {shown}")
+
+
+def check_credentials(policy: Policy, url: str, has_secret: bool) -> None:
+    """Object storage without credentialsSecretRef would use the operator's own identity."""
+    scheme = normalise(url).split(":", 1)[0]
+    if scheme in OBJECT_STORES and not has_secret and not policy.ambient_credentials:
+        raise Refused(
+            "CredentialPolicy",
+            f"{url} needs credentialsSecretRef: the operator's own cloud credentials are not lent to jobs",
+        )
+
+
+def check_secret(name: str, labels: Mapping[str, str] | None) -> None:
+    """Only Secrets marked for Barge by someone who may write Secrets are ever read."""
+    if (labels or {}).get(CREDENTIAL_LABEL) != "true":
+        raise Refused("SecretPolicy", f'Secret {name!r} lacks the label {CREDENTIAL_LABEL}: "true"; it is not read')
+
+
+# --- endpoints -------------------------------------------------------------------------------------------------
+def _host_matches(pattern: str, host: str) -> bool:
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern
+
+
+def _entry(policy: Policy, provider: str, host: str) -> Endpoint | None:
+    for endpoint in policy.endpoints:
+        if _host_matches(endpoint.host.lower(), host):
+            return endpoint
+    if any(_host_matches(p, host) for p in PROVIDER_HOSTS.get(provider, ())):
+        return Endpoint(host)
+    return None
+
+
+def address_allowed(policy: Policy, host: str, address: str) -> bool:
+    """May a connection to `host` go to `address`? (Asked for every connection, after DNS.)"""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    special = (
+        str(ip) in METADATA_ADDRESSES
+        or ip.is_loopback
+        or ip.is_private
+        or ip.is_link_local
+        or ip.is_reserved
+        or ip.is_multicast
+        or ip.is_unspecified
+        or (isinstance(ip, ipaddress.IPv4Address) and ip in ipaddress.ip_network("100.64.0.0/10"))
+    )
+    if not special:
+        return True
+    return any(e.private and _host_matches(e.host.lower(), host.lower()) for e in policy.endpoints)
+
+
+Resolver = Callable[[str], list[str]]
+
+
+def check_endpoint(policy: Policy, provider: str, base_url: str, resolve: Resolver | None = None) -> None:
+    """A provider base URL: an allowed host, https unless allowlisted, and (with `resolve`) allowed addresses."""
+    if not base_url:
+        return  # the SDK's own default host
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    if parts.scheme not in ("http", "https") or not host:
+        raise Refused("EndpointPolicy", f"baseURL {base_url!r} is not an http(s) URL with a host")
+    if parts.username or parts.password:
+        raise Refused("EndpointPolicy", "baseURL must not carry a user or password")
+    if host in METADATA_HOSTS:
+        raise Refused("EndpointPolicy", f"baseURL host {host!r} is a cloud metadata service")
+    entry = _entry(policy, provider, host)
+    if entry is None:
+        raise Refused(
+            "EndpointPolicy",
+            f"baseURL host {host!r} is neither {provider}'s own nor in the admin's endpoint allowlist",
+        )
+    explicitly = any(_host_matches(e.host.lower(), host) for e in policy.endpoints)
+    if parts.scheme == "http" and not explicitly:
+        raise Refused("EndpointPolicy", f"baseURL {base_url!r} must use https")
+    if resolve is None:
+        return
+    try:
+        addresses = resolve(host)
+    except OSError as exc:
+        raise Refused("EndpointPolicy", f"baseURL host {host!r} does not resolve: {exc}") from None
+    for address in addresses:
+        if not address_allowed(policy, host, address):
+            raise Refused(
+                "EndpointPolicy",
+                f"baseURL host {host!r} resolves to {address}, a loopback, private, link-local or metadata "
+                "address the admin has not allowed for this host",
+            )
+
+
+def bounded_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """A provider's error text as Barge repeats it: printable, one line, at most `limit` characters."""
+    clean = "".join(ch if ch.isprintable() else " " for ch in text)
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
+
+
+# --- pools -----------------------------------------------------------------------------------------------------
+def check_image(policy: Policy, image: str) -> None:
+    if not any(fnmatch.fnmatchcase(image, pattern) for pattern in policy.images):
+        raise Refused("ImagePolicy", f"image {image!r} matches none of the allowed images: {', '.join(policy.images)}")
+
+
+def check_extra_flags(policy: Policy, flags: Iterable[str]) -> None:
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        if not name.startswith("--") or name not in policy.extra_flags:
+            allowed = ", ".join(policy.extra_flags) or "none"
+            raise Refused("ImagePolicy", f"engine flag {name!r} is not allowed (allowed: {allowed})")
+
+
+# --- the admin's file ------------------------------------------------------------------------------------------
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"policy {where} must be a list of strings")
+    return tuple(value)
+
+
+def _prefix(text: str, where: str) -> str:
+    rest = text
+    for placeholder in PLACEHOLDERS:
+        rest = rest.replace(placeholder, "x")
+    if "{" in rest or "}" in rest:
+        raise ValueError(f"policy {where}: {text!r} uses a placeholder other than {{namespace}} and {{tenant}}")
+    try:
+        normalise(rest)
+    except Refused as exc:
+        raise ValueError(f"policy {where}: {exc.message}") from None
+    return text
+
+
+def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Policy:
+    """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes."""
+    data = dict(data or {})
+    unknown = set(data) - {"storage", "endpoints", "pools", "workers"}
+    if unknown:
+        raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
+    storage = dict(data.get("storage") or {})
+    endpoints = dict(data.get("endpoints") or {})
+    pools = dict(data.get("pools") or {})
+    workers = dict(data.get("workers") or {})
+    prefixes = [_prefix(p, "storage.prefixes") for p in _strings(storage.get("prefixes"), "storage.prefixes")]
+    prefixes += [_prefix("file://" + r.rstrip("/") + "/", "BARGE_ALLOWED_FILE_ROOTS") for r in file_roots]
+    tenants = []
+    for tenant, listed in dict(storage.get("tenants") or {}).items():
+        if not DNS_LABEL.match(str(tenant)):
+            raise ValueError(f"policy storage.tenants: {tenant!r} is not a DNS label")
+        where = f"storage.tenants.{tenant}"
+        tenants.append((str(tenant), tuple(_prefix(p, where) for p in _strings(listed, where))))
+    allow = []
+    for item in endpoints.get("allow") or []:
+        entry = {"host": item} if isinstance(item, str) else dict(item)
+        if set(entry) - {"host", "private"} or not isinstance(entry.get("host"), str):
+            raise ValueError(f"policy endpoints.allow entry {item!r}: expected host and optional private")
+        allow.append(Endpoint(entry["host"].lower(), bool(entry.get("private", False))))
+    return Policy(
+        storage_prefixes=tuple(prefixes),
+        tenant_storage=tuple(tenants),
+        ambient_credentials=bool(storage.get("ambientCredentials", False)),
+        endpoints=tuple(allow),
+        images=_strings(pools.get("images"), "pools.images") or DEFAULT_IMAGES,
+        extra_flags=_strings(pools.get("extraFlags"), "pools.extraFlags"),
+        max_payload_bytes=int(workers.get("maxPayloadBytes", Policy.max_payload_bytes)),
+    )
