@@ -5,6 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BARGE := $(VENV)/bin/barge
 CLUSTER_DIR := .barge/cluster
+# Debian packages the tests need: PostgreSQL (ledger), redis and RabbitMQ (queue workers), Prometheus (promtool and
+# the server, monitoring tests), openssl (control-plane keys), git. Add a package here; nothing else to change.
+DEBIAN_PACKAGES := openssl git postgresql redis-server rabbitmq-server prometheus
 export PYTHONDONTWRITEBYTECODE := 1
 
 .DEFAULT_GOAL := help
@@ -16,6 +19,16 @@ help: ## Show this help
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Development
+deps: ## Install the Debian packages the tests need (DEBIAN_PACKAGES) that are missing: apt-get as root, else sudo
+	@missing=$$(for pkg in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q 'install ok installed' || echo "$$pkg"; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "installing Debian packages:" $$missing; \
+	if [ "$$(id -u)" -eq 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; else \
+	  echo "not root and no sudo: run as root: apt-get install" $$missing >&2; exit 1; fi; \
+	$$sudo apt-get update -qq && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
+
 venv: $(VENV)/.stamp ## Create .venv from the lock file (requirements.lock)
 $(VENV)/.stamp: requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,7 +56,7 @@ fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff check --fix operator tests tools bench
 
 ##@ Tests
-test: lint ## Lint, type-check and run every test (unit, contract, integration, e2e)
+test: deps lint ## Lint, type-check and run every test (unit, contract, integration, e2e)
 	@$(PY) -m pytest -q tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc
 
@@ -64,11 +77,11 @@ cluster-down: ## Stop the local control plane
 	@rm -f .barge/kubeconfig
 
 ##@ Demo and benchmarks
-demo: venv tools ## Local control plane + emulator + operator; the claims-nightly sample watched to completion
+demo: deps venv tools ## Local control plane + emulator + operator; the claims-nightly sample watched to completion
 	bash tools/demo.sh
 
 bench: venv ## Benchmarks (bench/), printed as tables
 	@ls bench/*.py >/dev/null 2>&1 && for b in bench/bench_*.py; do $(PY) $$b || exit 1; done || \
 	  echo "no benchmarks yet"
 
-.PHONY: help venv lock crds lint fmt test test-unit tools cluster-up cluster-down demo bench
+.PHONY: help deps venv lock crds lint fmt test test-unit tools cluster-up cluster-down demo bench
