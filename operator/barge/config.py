@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,9 +13,28 @@ import yaml
 
 from barge.policy import Policy, parse
 
+PRIORITY_MAX = 2**31 - 1
+"""Kopf compares priorities as integers; keep `auto` ones inside a signed 32-bit range every client reads."""
+
 
 def _roots(text: str) -> tuple[Path, ...]:
     return tuple(Path(p) for p in text.split(":") if p)
+
+
+def peering_priority(text: str) -> int:
+    """BARGE_PEERING_PRIORITY / --priority: an integer, or `auto`.
+
+    Kopf pauses every peer that sees a live peer of higher priority, and freezes all peers of equal priority, so
+    replicas of one Deployment must not share one. `auto` hashes the pod name (POD_NAME, else the hostname, which
+    is the pod name in a pod), the process id and 16 random bytes into 1..2**31-1: above a hand-run operator's
+    default 0, and two replicas tie with odds of about 1 in 2**31 (if they ever do, Kopf logs the conflict and both
+    pause until one restarts and draws again).
+    """
+    if text.strip().lower() != "auto":
+        return int(text)
+    name = os.environ.get("POD_NAME") or socket.gethostname()
+    seed = f"{name}/{os.getpid()}".encode() + secrets.token_bytes(16)
+    return 1 + int.from_bytes(hashlib.sha256(seed).digest()[:8], "big") % PRIORITY_MAX
 
 
 @dataclass(frozen=True)
@@ -35,6 +57,12 @@ class OperatorConfig:
     """Requests per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_REQUESTS)."""
     peering: str | None = None
     """Kopf peering name for several operator replicas; None runs standalone."""
+    peering_priority: int = 0
+    """This replica's Kopf peering priority (BARGE_PEERING_PRIORITY: an integer or `auto`, see peering_priority):
+    the live peer with the highest priority works, the others pause."""
+    peering_lifetime: int = 30
+    """Seconds a peer's keep-alive stays valid (BARGE_PEERING_LIFETIME; Kopf's default is 60). A peer killed
+    without a goodbye is replaced at most this long after its death; keep-alives go out every lifetime - 5..10 s."""
     prices_file: Path | None = None
     """A price table replacing the shipped one (BARGE_PRICES)."""
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
@@ -62,6 +90,8 @@ class OperatorConfig:
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
             "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
+            "peering_priority": peering_priority(env.get("BARGE_PEERING_PRIORITY", str(cls.peering_priority))),
+            "peering_lifetime": int(env.get("BARGE_PEERING_LIFETIME", cls.peering_lifetime)),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "policy" not in overrides or overrides["policy"] is None:
@@ -69,6 +99,8 @@ class OperatorConfig:
         config = cls(**values)  # type: ignore[arg-type]
         if config.poll_seconds <= 0:
             raise ValueError("poll seconds must be positive")
+        if config.peering_lifetime < 2:
+            raise ValueError("peering lifetime must be at least 2 seconds")
         return config
 
 

@@ -17,7 +17,7 @@ from barge.api.crd import all_crds, render
 from barge.batch.runner import EngineSettings
 from barge.cli import local
 from barge.cli.demo_data import claims
-from barge.config import OperatorConfig
+from barge.config import OperatorConfig, peering_priority
 from barge.emulator.profile import load_profile
 from barge.emulator.server import serve
 
@@ -138,11 +138,16 @@ def operator(
     peering: Annotated[
         str | None, typer.Option(help="Kopf peering name (several replicas); default standalone.")
     ] = None,
+    priority: Annotated[
+        str | None,
+        typer.Option(help="Peering priority: an integer or `auto` (distinct per pod; BARGE_PEERING_PRIORITY)."),
+    ] = None,
 ) -> None:
     """Run the Barge operator (Kopf): LLMBatchJobs in the watched namespaces, to completion.
 
     Settings from the environment: BARGE_LEDGER_URL, BARGE_ALLOWED_FILE_ROOTS (colon-separated roots for
-    file:// inputs and outputs), BARGE_POLL_SECONDS, BARGE_MIN_BATCH_WINDOW, BARGE_MAX_SHARD_REQUESTS, BARGE_PRICES.
+    file:// inputs and outputs), BARGE_POLL_SECONDS, BARGE_MIN_BATCH_WINDOW, BARGE_MAX_SHARD_REQUESTS, BARGE_PRICES,
+    BARGE_PEERING_PRIORITY, BARGE_PEERING_LIFETIME.
     Watches every namespace when none is named.
     """
     from barge.operator.main import run as run_operator
@@ -153,6 +158,7 @@ def operator(
         metrics_port=metrics_port,
         ledger_url=ledger,
         peering=peering,
+        peering_priority=peering_priority(priority) if priority is not None else None,
     )
     run_operator(config)
 

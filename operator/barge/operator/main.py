@@ -17,11 +17,15 @@ def run(config: OperatorConfig) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
     register(registry, config)
+    settings = kopf.OperatorSettings()
+    settings.peering.lifetime = config.peering_lifetime
     asyncio.run(
         kopf.operator(
             registry=registry,
+            settings=settings,
             standalone=config.peering is None,
             peering_name=config.peering,
+            priority=config.peering_priority,
             clusterwide=config.all_namespaces,
             namespaces=config.namespaces,
         )
