@@ -170,7 +170,11 @@ def test_tenants_are_metered_apart_and_secrets_never_leak(
             if x.startswith("barge_cost_usd_total{") and f'tenant="{tenant}"' in x and 'path="batch"' in x
         )
         assert float(line.rsplit(" ", 1)[1]) > 0
-    assert 'barge_jobs{phase="Succeeded"}' in metrics
+    succeeded = [
+        f'barge_jobs{{namespace="{ns}",phase="Succeeded",tenant="{tenant}"}} 1.0'
+        for ns, tenant in (("e2e-tenant-a", "team-a"), ("e2e-tenant-b", "team-b"))
+    ]  # the phase as the watch delivers the status the operator wrote
+    wait_for(lambda: all(line in operator.metrics() for line in succeeded), 30, "barge_jobs by tenant and namespace")
     everything = operator.output()
     for ns in ("e2e-tenant-a", "e2e-tenant-b"):
         everything += cluster.run_kubectl("-n", ns, "get", "events", "-o", "yaml").stdout

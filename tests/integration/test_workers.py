@@ -165,6 +165,19 @@ async def test_rate_limit_share_is_enforced(redis_url: str, start_emulator: Fact
     await w.queue.close()
 
 
+async def test_backlog_metric_is_the_groups_lag(redis_url: str, start_emulator: Factory, tmp_path: Path) -> None:
+    stream = f"s-{uuid.uuid4().hex[:8]}"
+    await push(redis_url, stream, *({"correlationId": f"b-{n}", "payload": {"text": "x"}} for n in range(7)))
+    w = worker_for(redis_url, stream, start_emulator().url, tmp_path, pool="ingest", worker="doc-ingest")
+    labels = {"pool": "ingest", "worker": "doc-ingest"}
+    await w._sample_backlog()
+    assert w.metrics.registry.get_sample_value("barge_worker_backlog", labels) == 7
+    await w.run(idle_exit=True, wait_ms=200)
+    assert await w.queue.backlog() == 0
+    assert w.metrics.registry.get_sample_value("barge_worker_messages_total", {**labels, "outcome": "succeeded"}) == 7
+    await w.queue.close()
+
+
 async def test_rabbitmq_outcomes(rabbitmq_url: str, start_emulator: Factory, tmp_path: Path) -> None:
     import aio_pika
 
@@ -181,6 +194,7 @@ async def test_rabbitmq_outcomes(rabbitmq_url: str, start_emulator: Factory, tmp
     ):
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         await channel.default_exchange.publish(aio_pika.Message(data), routing_key=name)
+    assert await RabbitMQ(rabbitmq_url, name).backlog() == 3  # what barge_worker_backlog reports
     emu = start_emulator()
     w = Worker(
         RabbitMQ(rabbitmq_url, name),

@@ -17,14 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, select, update
+from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
 
-from barge.ledger.schema import TERMINAL, batches, intents, items, jobs, metadata
+from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items, jobs, metadata
 
 __all__ = ["TERMINAL", "ItemUpdate", "Ledger", "normalise_url"]
 
 PAGE = 5000
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+#: error_type of a request that expired inside a batch (Anthropic result type; OpenAI/Azure error code).
+EXPIRED_TYPES = ("expired", "batch_expired")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,15 @@ class Ledger:
         if not self.postgres:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         metadata.create_all(self.engine)
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        """A ledger written by an older Barge lacks columns added since: add them (create_all only makes tables)."""
+        found = inspect(self.engine)
+        with self.engine.begin() as conn:
+            for table, column, ddl in ADDED_COLUMNS:
+                if column not in {c["name"] for c in found.get_columns(table)}:
+                    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -222,13 +233,14 @@ class Ledger:
             conn.exec_driver_sql(sql, params)
             if batch_id is not None:
                 totals = [sum(c.usage[i] for c in changes) for i in range(4)]
+                expired = sum(1 for c in changes if c.error_type in EXPIRED_TYPES)
                 conn.exec_driver_sql(
                     self._sql(
                         "UPDATE batches SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
-                        "cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ? "
-                        "WHERE job = ? AND batch_id = ?"
+                        "cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?, "
+                        "expired = expired + ? WHERE job = ? AND batch_id = ?"
                     ),
-                    (*totals, job, batch_id),
+                    (*totals, expired, job, batch_id),
                 )
 
     # --- intents and batches ----------------------------------------------------------------------------------
@@ -382,5 +394,13 @@ class Ledger:
             ),
             "live": self._rows(
                 "SELECT provider, MIN(submitted_at) FROM batches WHERE ingested = ? GROUP BY provider", (False,)
+            ),
+            # per job (its key is namespace/name/uid in the operator): the tenant it is metered by
+            "jobs": self._rows("SELECT job, tenant FROM jobs", ()),
+            # per job and provider: batches in which requests expired, and how many requests expired
+            "expired": self._rows(
+                "SELECT job, provider, SUM(CASE WHEN expired > 0 OR status = 'expired' THEN 1 ELSE 0 END), "
+                "SUM(expired) FROM batches GROUP BY job, provider",
+                (),
             ),
         }

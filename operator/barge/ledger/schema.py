@@ -100,4 +100,9 @@ batches = Table(
     Column("output_tokens", Integer, nullable=False, default=0),
     Column("cache_read_tokens", Integer, nullable=False, default=0),
     Column("cache_write_tokens", Integer, nullable=False, default=0),
+    # requests the provider let expire (its 24 h window), counted in the same transactions; read by the metrics
+    Column("expired", Integer, nullable=False, default=0),
 )
+
+#: Columns added after a table's first release: (table, column, SQL type and default), added when missing.
+ADDED_COLUMNS = (("batches", "expired", "INTEGER NOT NULL DEFAULT 0"),)

@@ -71,6 +71,11 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def inferencepool(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await jobs.reconcile_pool(memo["ctx"], body)
 
+    @on.on.event(GROUP, VERSION, jobs.PLURAL, registry=registry)
+    @on.on.event(GROUP, VERSION, pools.PLURAL, registry=registry)
+    def seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo["ctx"].book.observe(event)
+
     @on.on.delete(GROUP, VERSION, jobs.PLURAL, registry=registry, optional=False)
     async def llmbatchjob_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await jobs.cancel_on_delete(memo["ctx"], body)

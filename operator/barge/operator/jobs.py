@@ -25,7 +25,7 @@ from barge.batch.runner import EngineSettings, Job, JobRunner
 from barge.config import OperatorConfig
 from barge.k8s.pool import endpoint
 from barge.ledger import Ledger
-from barge.operator import pools
+from barge.operator import metrics, pools
 from barge.operator import status as status_
 from barge.operator.kube import Kube, NotFound, Objects
 from barge.providers import BatchProvider, ProviderError, make_provider
@@ -44,8 +44,8 @@ class Context:
     ledger: Ledger
     kube: Kube
     prices: prices.PriceTable
-    phases: dict[str, tuple[str, str, float | None]] = field(default_factory=dict)
-    """job key -> (phase, tenant, deadline slack seconds), for the metrics."""
+    book: metrics.Book = field(default_factory=metrics.Book)
+    """The jobs and pools as the watch shows them, for the metrics."""
     ledger_errors: int = 0
 
     @property
@@ -260,7 +260,6 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             continue
         finally:
             await provider.close()
-        ctx.phases[key] = (snap.phase, job.tenant, snap.deadline_slack_seconds)
         current = await _write(ctx, meta, current, status_.from_snapshot(snap, current, generation))
         if snap.terminal:
             return
@@ -271,7 +270,6 @@ async def cancel_on_delete(ctx: Context, body: Any) -> None:
     """Finalizer: cancel the job's in-flight provider batches; the ledger rows stay (they are the audit trail)."""
     meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}
     key = job_key(meta)
-    ctx.phases.pop(key, None)
     live = ctx.ledger.batches_of(key, live_only=True)
     if not live:
         return

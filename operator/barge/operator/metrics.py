@@ -1,28 +1,157 @@
 """Prometheus metrics and the liveness endpoint, on one small aiohttp server.
 
-Totals (requests by outcome, tokens and cost by tenant, model and path) are read from the ledger at scrape
-time, so they are exact, survive restarts and never double count. Labels are bounded: tenant, model,
-provider, path, outcome, phase; never a job name or a batch id.
+Two sources, both exact: totals (requests by outcome, tokens, cost, savings, expired batches) are read from the
+ledger at scrape time, so they survive restarts and never double count; states (jobs by phase, conditions of
+running jobs, deadline slack, pools) are read from the objects' status as the watch delivers it, so they show
+exactly what `kubectl get` shows, including terminal jobs after a restart. The alerts and the Grafana dashboard
+in charts/barge/files/ read only these names (tests/integration/test_dashboard.py scrapes them for real).
+
+Labels are bounded: tenant, namespace, model, provider, path, outcome, phase, condition, state, and a pool's
+and worker's name (long-lived capacity, like a Deployment's); never a job name, a batch id or a custom id.
+Per tenant and namespace, the deadline and success-ratio gauges describe the running job closest to trouble.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from barge.api.batchjob import LLMBatchJobSpec
 from barge.providers.base import Usage
 
 if TYPE_CHECKING:
     from barge.operator.jobs import Context
 
-PHASES = ("Pending", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended")
+PHASES = ("Pending", "Queued", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended")
+TERMINAL = ("Succeeded", "Failed")
+#: Conditions counted over running jobs (a terminal job is reported by its phase).
+JOB_CONDITIONS = ("Admitted", "DeadlineExceeded", "BudgetExceeded")
+ITEM_STATES = ("total", "pending", "submitted", "succeeded", "refused", "invalid", "failed")
+POOL_CONDITIONS = ("Ready", "Available", "Degraded", "QuotaCapped", "ScalingConflict")
 KINDS = ("input", "output", "cache_read", "cache_write")
+DEFAULT_RATIO = float(LLMBatchJobSpec.model_fields["success_ratio"].default)
+
+
+def _timestamp(value: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(value)).timestamp() if value else None
+    except ValueError:
+        return None
+
+
+def _true(conditions: Any) -> frozenset[str]:
+    return frozenset(str(c.get("type")) for c in conditions or [] if c.get("status") == "True")
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the metrics need of one LLMBatchJob, copied from the object the watch delivered."""
+
+    namespace: str
+    tenant: str
+    phase: str
+    conditions: frozenset[str]
+    deadline: float | None
+    target: float
+    counts: Mapping[str, int]
+    started_at: float | None
+
+    @property
+    def running(self) -> bool:
+        return self.phase not in TERMINAL
+
+    def ratio(self) -> float | None:
+        """Items with a result among items finished (invalid and failed count against it); None before any."""
+        good = self.counts.get("succeeded", 0) + self.counts.get("refused", 0)
+        finished = good + self.counts.get("invalid", 0) + self.counts.get("failed", 0)
+        return good / finished if finished else None
+
+    def needed_seconds(self, now: float, batch_window: float) -> float:
+        """Estimated time the remaining work needs: the items not finished at the pace of results so far
+        (results since startedAt); before the first result, the batch window Barge plans a batch with."""
+        remaining = self.counts.get("pending", 0) + self.counts.get("submitted", 0)
+        if not remaining:
+            return 0.0
+        results = self.counts.get("succeeded", 0) + self.counts.get("refused", 0)
+        if not results or self.started_at is None or now <= self.started_at:
+            return batch_window
+        return remaining * (now - self.started_at) / results
+
+
+def view_job(body: Mapping[str, Any]) -> JobView:
+    meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
+    namespace = str(meta.get("namespace") or "")
+    try:
+        target = float(spec.get("successRatio") or DEFAULT_RATIO)
+    except ValueError:
+        target = DEFAULT_RATIO
+    return JobView(
+        namespace=namespace,
+        tenant=str(spec.get("tenant") or namespace),
+        phase=str(status.get("phase") or "Pending"),
+        conditions=_true(status.get("conditions")),
+        deadline=_timestamp(spec.get("deadline")),
+        target=target,
+        counts={k: int(v) for k, v in (status.get("counts") or {}).items() if isinstance(v, int)},
+        started_at=_timestamp(status.get("startedAt")),
+    )
+
+
+@dataclass(frozen=True)
+class PoolView:
+    namespace: str
+    name: str
+    conditions: Mapping[str, bool]
+    ready_replicas: int
+    quota: Mapping[str, int]
+    workers: tuple[tuple[str, int, int], ...]  # (worker, quotaCap, effectiveMaxReplicas)
+
+
+def view_pool(body: Mapping[str, Any]) -> PoolView:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    return PoolView(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        conditions={str(c.get("type")): c.get("status") == "True" for c in status.get("conditions") or []},
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        quota={k: int(v) for k, v in (status.get("quota") or {}).items() if isinstance(v, int)},
+        workers=tuple(
+            (str(w.get("name")), int(w.get("quotaCap") or 0), int(w.get("effectiveMaxReplicas") or 0))
+            for w in status.get("workers") or []
+        ),
+    )
+
+
+@dataclass
+class Book:
+    """The jobs and pools the watch has shown this operator, by uid; a DELETED event removes one."""
+
+    jobs: dict[str, JobView] = field(default_factory=dict)
+    pools: dict[str, PoolView] = field(default_factory=dict)
+
+    def observe(self, event: Mapping[str, Any]) -> None:
+        body = event.get("object") or {}
+        meta = body.get("metadata") or {}
+        kind, uid = str(body.get("kind") or ""), str(meta.get("uid") or "")
+        book: dict[str, Any] = self.jobs if kind == "LLMBatchJob" else self.pools
+        if event.get("type") == "DELETED":
+            book.pop(uid, None)
+        elif kind == "LLMBatchJob":
+            self.jobs[uid] = view_job(body)
+        elif kind == "InferencePool":
+            self.pools[uid] = view_pool(body)
+
+
+def _namespace(job_key: str) -> str:
+    return job_key.split("/", 1)[0] if "/" in job_key else ""
 
 
 class BargeCollector(Collector):
@@ -30,45 +159,171 @@ class BargeCollector(Collector):
         self.ctx = ctx
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        ctx = self.ctx
-        jobs = GaugeMetricFamily("barge_jobs", "LLMBatchJobs known to this operator, by phase", labels=["phase"])
-        for phase in PHASES:
-            jobs.add_metric([phase], sum(1 for p, _, _ in ctx.phases.values() if p == phase))
+        now = time.time()
+        rows = self.ctx.ledger.metric_rows()
+        # The ledger's tenant (what cost is metered by) wins over the object's, for jobs it already holds.
+        tenant_of = {job.rsplit("/", 1)[-1]: tenant for job, tenant in rows["jobs"]}
+        yield from self._jobs(now, tenant_of)
+        yield from self._pools()
+        errors = CounterMetricFamily("barge_ledger_errors", "Engine steps that failed unexpectedly")
+        errors.add_metric([], self.ctx.ledger_errors)
+        yield errors
+        yield from self._ledger(rows, now)
+
+    def _jobs(self, now: float, tenant_of: Mapping[str, str]) -> Iterator[GaugeMetricFamily]:
+        views = [replace(v, tenant=tenant_of.get(uid) or v.tenant) for uid, v in list(self.ctx.book.jobs.items())]
+        jobs = GaugeMetricFamily(
+            "barge_jobs", "LLMBatchJobs by status phase (every phase listed)", labels=["tenant", "namespace", "phase"]
+        )
+        conds = GaugeMetricFamily(
+            "barge_job_conditions",
+            "Running (not Succeeded or Failed) LLMBatchJobs whose condition is True",
+            labels=["tenant", "namespace", "condition"],
+        )
+        items = GaugeMetricFamily(
+            "barge_job_items", "Items of running LLMBatchJobs, by state", labels=["tenant", "namespace", "state"]
+        )
+        groups = sorted({(v.tenant, v.namespace) for v in views})
+        for tenant, ns in groups:
+            mine = [v for v in views if (v.tenant, v.namespace) == (tenant, ns)]
+            for phase in PHASES:
+                jobs.add_metric([tenant, ns, phase], sum(1 for v in mine if v.phase == phase))
+            running = [v for v in mine if v.running]
+            for cond in JOB_CONDITIONS:
+                conds.add_metric([tenant, ns, cond], sum(1 for v in running if cond in v.conditions))
+            for state in ITEM_STATES:
+                items.add_metric([tenant, ns, state], sum(v.counts.get(state, 0) for v in running))
         yield jobs
+        yield conds
+        yield items
+        yield from self._deadlines(views, now)
+        yield from self._ratios(views)
+
+    def _deadlines(self, views: list[JobView], now: float) -> Iterator[GaugeMetricFamily]:
+        labels = ["tenant", "namespace"]
         slack = GaugeMetricFamily(
             "barge_deadline_slack_seconds",
-            "Smallest time left before the deadline among running jobs, per tenant",
-            labels=["tenant"],
+            "Time left before the deadline of the running job closest to missing it (least slack minus work)",
+            labels=labels,
         )
-        per_tenant: dict[str, float] = {}
-        for phase, tenant, left in ctx.phases.values():
-            if left is not None and phase not in ("Succeeded", "Failed"):
-                per_tenant[tenant] = min(per_tenant.get(tenant, left), left)
-        for tenant, left in sorted(per_tenant.items()):
-            slack.add_metric([tenant], left)
+        needed = GaugeMetricFamily(
+            "barge_remaining_work_seconds",
+            "Estimated time the remaining items of that same job need (pace of results so far, else the batch window)",
+            labels=labels,
+        )
+        worst: dict[tuple[str, str], tuple[float, float]] = {}
+        window = self.ctx.config.min_batch_window
+        for v in views:
+            if not v.running or v.deadline is None:
+                continue
+            left, need = v.deadline - now, v.needed_seconds(now, window)
+            key = (v.tenant, v.namespace)
+            if key not in worst or left - need < worst[key][0] - worst[key][1]:
+                worst[key] = (left, need)
+        for key, (left, need) in sorted(worst.items()):
+            slack.add_metric(list(key), left)
+            needed.add_metric(list(key), need)
         yield slack
-        errors = CounterMetricFamily("barge_ledger_errors", "Engine steps that failed unexpectedly")
-        errors.add_metric([], ctx.ledger_errors)
-        yield errors
-        rows = ctx.ledger.metric_rows()
+        yield needed
+
+    def _ratios(self, views: list[JobView]) -> Iterator[GaugeMetricFamily]:
+        labels = ["tenant", "namespace"]
+        ratio = GaugeMetricFamily(
+            "barge_job_success_ratio",
+            "Items with a result among finished items, of the running job furthest below its spec.successRatio",
+            labels=labels,
+        )
+        target = GaugeMetricFamily(
+            "barge_job_success_ratio_target", "spec.successRatio of that same job", labels=labels
+        )
+        worst: dict[tuple[str, str], tuple[float, float]] = {}
+        for v in views:
+            got = v.ratio()
+            if not v.running or got is None:
+                continue
+            key = (v.tenant, v.namespace)
+            if key not in worst or got - v.target < worst[key][0] - worst[key][1]:
+                worst[key] = (got, v.target)
+        for key, (got, want) in sorted(worst.items()):
+            ratio.add_metric(list(key), got)
+            target.add_metric(list(key), want)
+        yield ratio
+        yield target
+
+    def _pools(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["namespace", "pool"]
+        cond = GaugeMetricFamily(
+            "barge_pool_condition", "1 when the InferencePool's condition is True", labels=[*labels, "condition"]
+        )
+        ready = GaugeMetricFamily("barge_pool_ready_replicas", "Ready vLLM replicas of the pool", labels=labels)
+        rpm = GaugeMetricFamily(
+            "barge_pool_quota_requests_per_minute", "The pool's spec.quota.requestsPerMinute (0: none)", labels=labels
+        )
+        tpm = GaugeMetricFamily(
+            "barge_pool_quota_tokens_per_minute", "The pool's spec.quota.tokensPerMinute (0: none)", labels=labels
+        )
+        cap = GaugeMetricFamily(
+            "barge_pool_worker_quota_cap",
+            "Replicas the model quota allows a queue worker (0: no quota)",
+            labels=[*labels, "worker"],
+        )
+        top = GaugeMetricFamily(
+            "barge_pool_worker_max_replicas",
+            "A queue worker's effective max replicas: min(maxReplicas, quota cap)",
+            labels=[*labels, "worker"],
+        )
+        for p in sorted(self.ctx.book.pools.values(), key=lambda p: (p.namespace, p.name)):
+            for name in POOL_CONDITIONS:
+                cond.add_metric([p.namespace, p.name, name], float(p.conditions.get(name, False)))
+            ready.add_metric([p.namespace, p.name], p.ready_replicas)
+            rpm.add_metric([p.namespace, p.name], p.quota.get("requestsPerMinute", 0))
+            tpm.add_metric([p.namespace, p.name], p.quota.get("tokensPerMinute", 0))
+            for worker, quota_cap, effective in p.workers:
+                cap.add_metric([p.namespace, p.name, worker], quota_cap)
+                top.add_metric([p.namespace, p.name, worker], effective)
+        yield from (cond, ready, rpm, tpm, cap, top)
+
+    def _ledger(self, rows: Mapping[str, list[tuple[Any, ...]]], now: float) -> Iterator[Any]:
+        ctx = self.ctx
         requests = CounterMetricFamily("barge_requests", "Items by outcome", labels=["tenant", "model", "outcome"])
         for tenant, model, state, n in rows["items"]:
             requests.add_metric([tenant, model, state], n)
         yield requests
         tokens = CounterMetricFamily("barge_tokens", "Tokens billed", labels=["tenant", "model", "path", "kind"])
         cost = CounterMetricFamily("barge_cost_usd", "Cost in USD", labels=["tenant", "model", "path"])
+        saved = CounterMetricFamily(
+            "barge_saved_usd", "Batch usage at the synchronous price minus its batch cost", labels=["tenant", "model"]
+        )
         for path in ("batch", "sync"):
             for tenant, model, *usage in rows[path]:
                 for kind, value in zip(KINDS, usage, strict=True):
                     tokens.add_metric([tenant, model, path, kind], value)
-                spent = ctx.prices.cost(model, Usage(*(int(u) for u in usage)), batch=path == "batch")
+                used = Usage(*(int(u) for u in usage))
+                spent = ctx.prices.cost(model, used, batch=path == "batch")
                 cost.add_metric([tenant, model, path], float(spent))
-        yield tokens
-        yield cost
+                if path == "batch":
+                    saved.add_metric([tenant, model], float(ctx.prices.cost(model, used, batch=False) - spent))
+        yield from (tokens, cost, saved)
+        tenants = dict(rows["jobs"])
+        batches: dict[tuple[str, str, str], list[int]] = {}
+        for job, provider, expired_batches, expired_requests in rows["expired"]:
+            key = (tenants.get(job, ""), _namespace(job), provider)
+            sums = batches.setdefault(key, [0, 0])
+            sums[0] += int(expired_batches)
+            sums[1] += int(expired_requests)
+        labels = ["tenant", "namespace", "provider"]
+        expired = CounterMetricFamily(
+            "barge_batches_expired", "Provider batches in which requests expired (the provider's window)", labels=labels
+        )
+        lost = CounterMetricFamily("barge_requests_expired", "Requests that expired inside a batch", labels=labels)
+        for key, (n_batches, n_requests) in sorted(batches.items()):
+            expired.add_metric(list(key), n_batches)
+            lost.add_metric(list(key), n_requests)
+        yield expired
+        yield lost
         age = GaugeMetricFamily(
             "barge_oldest_batch_age_seconds", "Age of the oldest batch in flight", labels=["provider"]
         )
-        now = time.time()
         for provider, oldest in rows["live"]:
             if oldest is not None:
                 age.add_metric([provider], now - float(oldest))

@@ -48,7 +48,7 @@ def run(config_path: Path) -> None:
         base_url=provider_cfg.get("baseURL", ""),
         api_version=provider_cfg.get("apiVersion", ""),
     )
-    metrics = Metrics()
+    metrics = Metrics(pool=str(config.get("pool", "")), worker=str(config.get("worker", "")))
     if config.get("metricsPort"):
         start_http_server(int(config["metricsPort"]), registry=metrics.registry)
     worker = Worker(make_queue(config), provider, WorkerSettings.from_config(config), metrics)

@@ -27,6 +27,10 @@ class Queue(Protocol):
     async def complete(self, message: Message) -> None: ...
     async def abandon(self, message: Message) -> None: ...
     async def dead_letter(self, message: Message, reason: str, detail: str) -> None: ...
+    async def backlog(self) -> int | None:
+        """Messages waiting to be received (what KEDA scales on); None where the adapter cannot tell."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -104,6 +108,16 @@ class RedisStreams:
         )
         await self.redis.xack(self.stream, self.group, message.id)
 
+    async def backlog(self) -> int | None:
+        """The group's lag: entries not yet delivered to it (Redis 7's XINFO GROUPS, KEDA's lagCount)."""
+        await self._ensure_group()
+        for group in await self.redis.xinfo_groups(self.stream):
+            name = group.get("name")
+            if (name.decode() if isinstance(name, bytes) else name) == self.group:
+                lag = group.get("lag")
+                return int(lag) if lag is not None else None
+        return None
+
     async def close(self) -> None:
         await self.redis.aclose()
 
@@ -169,6 +183,12 @@ class RabbitMQ:
         }
         await self._move(message, headers, self.dead)
 
+    async def backlog(self) -> int | None:
+        """Ready messages in the queue (a passive declare's message count, KEDA's QueueLength over AMQP)."""
+        await self._open()
+        declared = await self._channel.declare_queue(self.queue_name, passive=True)
+        return int(declared.declaration_result.message_count)
+
     async def close(self) -> None:
         if self._conn is not None:
             await self._conn.close()
@@ -213,6 +233,10 @@ class ServiceBus:
 
     async def dead_letter(self, message: Message, reason: str, detail: str) -> None:
         await (await self._open()).dead_letter_message(message.handle, reason=reason, error_description=detail[:4096])
+
+    async def backlog(self) -> int | None:
+        """Not visible to a receiver (it needs the management client and Manage rights): KEDA reads it."""
+        return None
 
     async def close(self) -> None:
         if self._receiver is not None:

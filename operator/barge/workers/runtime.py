@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,10 @@ class WorkerSettings:
     tokens_per_request: int
     concurrency: int = 4
     storage: StoragePolicy = field(default_factory=StoragePolicy)
+    pool: str = ""
+    worker: str = ""
+    backlog_seconds: float = 15.0
+    """How often the replica samples the queue's backlog for its metrics."""
 
     @classmethod
     def from_config(cls, config: dict[str, Any], storage: StoragePolicy | None = None) -> WorkerSettings:
@@ -61,20 +66,56 @@ class WorkerSettings:
             tokens_per_request=int(limits.get("tokensPerRequest", 1000)),
             concurrency=int(config.get("concurrency", 4)),
             storage=storage or StoragePolicy(),
+            pool=str(config.get("pool", "")),
+            worker=str(config.get("worker", "")),
         )
+
+
+class _Bound:
+    """A labelled metric with the replica's pool and worker already filled in."""
+
+    def __init__(self, metric: Counter, *prefix: str) -> None:
+        self.metric, self.prefix = metric, prefix
+
+    def labels(self, *rest: str) -> Any:
+        return self.metric.labels(*self.prefix, *rest)
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    """Every series carries `pool` and `worker` (the pod's namespace comes from the scrape), so alerts and the
+    dashboard can join them with the operator's `barge_pool_worker_*` gauges."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, pool: str = "", worker: str = "") -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.processed = Counter("barge_worker_messages", "Messages finished", ["outcome"], registry=r)
-        self.dead = Counter("barge_worker_dead_lettered", "Messages dead-lettered", ["reason"], registry=r)
-        self.tokens = Counter("barge_worker_tokens", "Tokens used", ["tenant", "kind"], registry=r)
-        self.waits = Counter(
-            "barge_worker_limiter_wait_seconds", "Seconds spent waiting on the rate limiter", registry=r
+        r, ids, names = self.registry, (pool, worker), ["pool", "worker"]
+        self.processed = _Bound(
+            Counter("barge_worker_messages", "Messages finished", [*names, "outcome"], registry=r), *ids
         )
-        self.in_flight = Gauge("barge_worker_in_flight", "Messages being processed", registry=r)
+        self.dead = _Bound(
+            Counter("barge_worker_dead_lettered", "Messages dead-lettered", [*names, "reason"], registry=r), *ids
+        )
+        self.tokens = _Bound(
+            Counter("barge_worker_tokens", "Tokens used", [*names, "tenant", "kind"], registry=r), *ids
+        )
+        self.waits = Counter(
+            "barge_worker_limiter_wait_seconds", "Seconds spent waiting on the rate limiter", names, registry=r
+        ).labels(*ids)
+        self.in_flight = Gauge("barge_worker_in_flight", "Messages being processed", names, registry=r).labels(*ids)
+        self.backlog = Gauge(
+            "barge_worker_backlog", "Messages waiting in the queue, sampled by this replica", names, registry=r
+        ).labels(*ids)
+        self.limit_rpm = Gauge(
+            "barge_worker_limit_requests_per_minute",
+            "This replica's own request limit (its share of the quota)",
+            names,
+            registry=r,
+        ).labels(*ids)
+        self.limit_tpm = Gauge(
+            "barge_worker_limit_tokens_per_minute",
+            "This replica's own token limit (its share of the quota)",
+            names,
+            registry=r,
+        ).labels(*ids)
 
 
 class Worker:
@@ -84,7 +125,10 @@ class Worker:
         self.queue = queue
         self.provider = provider
         self.settings = settings
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(pool=settings.pool, worker=settings.worker)
+        self.metrics.limit_rpm.set(settings.requests_per_minute)
+        self.metrics.limit_tpm.set(settings.tokens_per_minute)
+        self._sampled = 0.0
         # A one-second burst: the replica paces itself instead of spending a minute of quota at start-up.
         self.limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute, burst_seconds=1.0)
         self.template = ImmutableSandboxedEnvironment(undefined=StrictUndefined).from_string(settings.template)
@@ -193,9 +237,23 @@ class Worker:
         self.metrics.processed.labels("abandoned").inc()
         return "abandoned"
 
+    async def _sample_backlog(self) -> None:
+        now = time.monotonic()
+        if now - self._sampled < self.settings.backlog_seconds:
+            return
+        self._sampled = now
+        try:
+            waiting = await self.queue.backlog()
+        except Exception as exc:  # a metric must never stop the worker
+            log.warning("cannot read the queue's backlog: %s", exc)
+            return
+        if waiting is not None:
+            self.metrics.backlog.set(waiting)
+
     async def run(self, *, idle_exit: bool = False, wait_ms: int = 1000) -> None:
         """Receive until stopped (SIGTERM sets `stopping`): in-flight messages finish, nothing new is taken."""
         while not self.stopping.is_set():
+            await self._sample_backlog()
             batch = await self.queue.receive(self.settings.concurrency, wait_ms)
             if not batch:
                 if idle_exit:
