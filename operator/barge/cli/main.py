@@ -13,9 +13,8 @@ from typing import Annotated
 import typer
 
 from barge import __version__
-from barge.api.crd import all_crds, render
 from barge.batch.runner import EngineSettings
-from barge.cli import local
+from barge.cli import generate, local
 from barge.cli.demo_data import claims
 from barge.config import OperatorConfig, peering_priority
 from barge.emulator.profile import load_profile
@@ -37,23 +36,22 @@ def version() -> None:
 @app.command()
 def crds(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the CRDs to.")] = Path("crds"),
+    chart: Annotated[
+        Path | None, typer.Option(help="Also write the chart's CRD templates and RBAC rules (charts/barge).")
+    ] = None,
+    readme: Annotated[Path | None, typer.Option(help="Also update the README's values and RBAC tables.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Fail if the files on disk differ; write nothing.")] = False,
 ) -> None:
-    """Generate crds/*.yaml from the typed models in barge.api."""
-    stale = []
-    for name, crd in all_crds().items():
-        text = render(crd)
-        path = out / name
-        if check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the README's tables) from barge.api and barge.k8s."""
+    files = generate.generated_files(out, chart, readme)
+    if check:
+        stale = generate.stale(files)
+        if stale:
+            typer.echo(f"stale generated files (run `make crds`): {', '.join(map(str, stale))}", err=True)
+            raise typer.Exit(1)
+        return
+    for path in generate.write(files):
         typer.echo(f"wrote {path}")
-    if stale:
-        typer.echo(f"stale CRDs (run `make crds`): {', '.join(stale)}", err=True)
-        raise typer.Exit(1)
 
 
 @app.command()
