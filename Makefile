@@ -41,15 +41,21 @@ lock: ## Re-resolve requirements.lock from pyproject.toml
 	$(VENV)/bin/uv pip compile pyproject.toml --group dev --generate-hashes --python-version 3.11 \
 	  --no-header -o requirements.lock
 
-crds: venv ## Regenerate crds/ from the typed models in barge.api
-	$(BARGE) crds --out crds
+GENERATE := $(BARGE) crds --out crds --chart charts/barge --readme README.md
 
-lint: venv ## ruff, mypy --strict, import-linter layer contracts, CRDs up to date
+crds: venv ## Regenerate crds/, the chart's CRDs and RBAC rules, and the README's values and RBAC tables
+	$(GENERATE)
+
+manifests: venv ## Render manifests/install/ from the chart (default values) with helm
+	$(PYTHON) tools/manifests.py
+
+lint: venv ## ruff, mypy --strict, import-linter layer contracts, generated files (CRDs, chart, manifests) up to date
 	$(VENV)/bin/ruff check operator tests tools bench
 	$(VENV)/bin/ruff format --check operator tests tools bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
-	$(BARGE) crds --check --out crds
+	$(GENERATE) --check
+	$(PYTHON) tools/manifests.py --check
 
 fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff format operator tests tools bench
@@ -84,4 +90,4 @@ bench: venv ## Benchmarks (bench/), printed as tables
 	@ls bench/*.py >/dev/null 2>&1 && for b in bench/bench_*.py; do $(PY) $$b || exit 1; done || \
 	  echo "no benchmarks yet"
 
-.PHONY: help deps venv lock crds lint fmt test test-unit tools cluster-up cluster-down demo bench
+.PHONY: help deps venv lock crds manifests lint fmt test test-unit tools cluster-up cluster-down demo bench

@@ -1,0 +1,62 @@
+{{/* Names, labels and the image, shared by every template. */}}
+
+{{- define "barge.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name: the release name alone when it already contains the chart name. */}}
+{{- define "barge.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "barge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "barge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "barge.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "barge.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: barge
+{{- end }}
+
+{{- define "barge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "barge.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag, or repository@digest when a digest is set. */}}
+{{- define "barge.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "barge.ha" -}}
+{{- if gt (int .Values.replicas) 1 }}true{{ end }}
+{{- end }}
+
+{{/* Annotations of a CRD: kept on uninstall while crds.keep. */}}
+{{- define "barge.crdAnnotations" -}}
+{{- if .Values.crds.keep }}
+annotations:
+  helm.sh/resource-policy: keep
+{{- end }}
+{{- end }}
+
+{{/* Annotations of the Kopf peering objects (see peering.yaml). */}}
+{{- define "barge.peeringHook" -}}
+helm.sh/hook: post-install,post-upgrade
+helm.sh/hook-delete-policy: before-hook-creation
+{{- end }}
