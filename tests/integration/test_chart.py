@@ -20,7 +20,9 @@ from tools import localcluster
 
 from barge.api.crd import all_crds
 from barge.api.peering import peering_crds
+from barge.batch import prices
 from barge.k8s.rbac import build_rules
+from barge.policy import parse as parse_policy
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "barge"
@@ -199,6 +201,7 @@ def test_ha_turns_on_peering_with_its_crds_rbac_object_and_a_pdb(helm: Path, tmp
     assert deploy["spec"]["replicas"] == 2
     assert "--peering=barge" in container(docs)["args"]
     assert env(docs)["BARGE_PEERING_PRIORITY"] == "auto"
+    assert env(docs)["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # what `auto` hashes
     crds = {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
     assert set(crds) == {c["metadata"]["name"] for c in {**all_crds(), **peering_crds()}.values()}
     assert crds["clusterkopfpeerings.kopf.dev"]["spec"] == peering_crds()["clusterkopfpeerings.kopf.dev.yaml"]["spec"]
@@ -265,12 +268,13 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
     e = env(docs)
     assert e["BARGE_POLL_SECONDS"] == "5"
     assert e["BARGE_ALLOWED_FILE_ROOTS"] == "/data/in:/data/out"
-    assert e["BARGE_PRICES"] == "/etc/barge/prices/prices.yaml"
+    assert e["BARGE_PRICES"] == "/etc/barge/config/prices.yaml"
+    assert "BARGE_POLICY_FILE" not in e
     assert e["BARGE_WORKER_IMAGE"] == "registry.local/worker:1"
     assert e["BARGE_MIN_BATCH_WINDOW"] == "600"
-    prices = one(docs, "ConfigMap")
-    assert prices["data"]["prices.yaml"] == "version: x\nmodels: {}\n"
-    assert {"name": "prices", "mountPath": "/etc/barge/prices", "readOnly": True} in c["volumeMounts"]
+    config = one(docs, "ConfigMap")
+    assert config["data"] == {"prices.yaml": "version: x\nmodels: {}\n"}
+    assert {"name": "config", "mountPath": "/etc/barge/config", "readOnly": True} in c["volumeMounts"]
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
     pod = one(docs, "Deployment")["spec"]["template"]
     assert pod["spec"]["nodeSelector"] == {"pool": "ops"}
@@ -278,6 +282,23 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
     assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
     assert pod["metadata"]["annotations"]["a"] == "b"
     assert pod["metadata"]["labels"]["team"] == "platform"
+
+
+def test_ci_policy_and_prices_reach_the_operator_as_files_it_accepts(helm: Path, tmp: Path) -> None:
+    values = yaml.safe_load((CHART / "ci" / "postgresql-values.yaml").read_text())
+    docs = render(helm, tmp, values)
+    e = env(docs)
+    assert e["BARGE_POLICY_FILE"] == "/etc/barge/config/policy.yaml"
+    assert e["BARGE_PRICES"] == "/etc/barge/config/prices.yaml"
+    data = one(docs, "ConfigMap", "barge-config")["data"]
+    policy = parse_policy(yaml.safe_load(data["policy.yaml"]))
+    assert policy.storage_prefixes == ("s3://claims-bucket/{namespace}/",)
+    table = prices.parse(yaml.safe_load(data["prices.yaml"]))
+    assert table.version == "2026-11-01-negotiated"
+    annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    values["operator"]["policy"] += "    extraFlags: [--enable-lora]\n"
+    changed = one(render(helm, tmp, values), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert changed["checksum/config"] != annotations["checksum/config"], "a policy change rolls the pods"
 
 
 def test_network_policy_lets_only_the_listed_namespaces_scrape(helm: Path, tmp: Path) -> None:
