@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +359,57 @@ def test_ephemeral_sqlite_is_accepted_when_asked_for(helm: Path, tmp: Path) -> N
 )
 def test_schema_refuses(helm: Path, tmp: Path, values: dict[str, Any], says: str) -> None:
     assert says in refused(helm, tmp, values)
+
+
+# --- HA on a real API server -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bare_cluster() -> Iterator[localcluster.Cluster]:
+    """A control plane of its own with no CRDs yet: here Helm must create and own them (in the session's cluster
+    the fixture has already applied crds/, which a release cannot adopt)."""
+    with tempfile.TemporaryDirectory(prefix="barge-helm-") as tmp:
+        running = localcluster.up(Path(tmp) / "cluster")
+        try:
+            yield running
+        finally:
+            localcluster.down(Path(tmp) / "cluster")
+
+
+def test_ha_install_creates_kopf_peering_crds_and_object_and_uninstall_keeps_the_crds(
+    helm: Path, bare_cluster: localcluster.Cluster
+) -> None:
+    def run_helm(*args: str) -> str:
+        out = subprocess.run(
+            [str(helm), *args, "--namespace", "barge-system"],
+            env=bare_cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=HELM_TIMEOUT,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def names(kind: str, *args: str) -> set[str]:
+        out = bare_cluster.run_kubectl("get", kind, *args, "-o", "name", check=False)
+        return set(out.stdout.split())
+
+    # A first install: the peering CRD and the object of that CRD come in one release (the object is a hook).
+    run_helm("install", "barge", str(CHART), "--create-namespace", "--values", str(CHART / "ci" / "ha-values.yaml"))
+    crds = [c["metadata"]["name"] for c in {**all_crds(), **peering_crds()}.values()]
+    bare_cluster.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}" for c in crds])
+    assert names("clusterkopfpeerings") == {"clusterkopfpeering.kopf.dev/barge"}
+    assert names("poddisruptionbudgets", "-n", "barge-system") == {"poddisruptionbudget.policy/barge"}
+    # Switching to a namespace list: a KopfPeering (and a Role) in each watched namespace.
+    bare_cluster.run_kubectl("create", "namespace", "team-a")
+    run_helm(
+        "upgrade", "barge", str(CHART), "--reuse-values", "--set", "watch.allNamespaces=false,watch.namespaces={team-a}"
+    )
+    assert names("kopfpeerings", "-n", "team-a") == {"kopfpeering.kopf.dev/barge"}
+    assert names("roles", "-n", "team-a") == {"role.rbac.authorization.k8s.io/barge"}
+    run_helm("uninstall", "barge")
+    assert names("deployments", "-n", "barge-system") == set()
+    assert names("roles", "-n", "team-a") == set()
+    assert names("crd") == {f"customresourcedefinition.apiextensions.k8s.io/{c}" for c in crds}
 
 
 # --- manifests/install ---------------------------------------------------------------------------------------------

@@ -108,14 +108,14 @@
 - apiGroups: ["apiextensions.k8s.io"]
   resources: [customresourcedefinitions]
   verbs:
-    - list  # Kopf discovers which CRDs exist (and Barge's optional KEDA/Prometheus kinds)
-    - watch  # Kopf notices CRDs installed or removed while it runs
+    - list  # Kopf scans the CRDs to find the resources it handles (Kopf's documented RBAC)
+    - watch  # Kopf notices CRDs added or removed while it runs
 {{- end }}
 {{- define "barge.rbac.peering-watched" -}}
 - apiGroups: ["kopf.dev"]
   resources: [kopfpeerings]
   verbs:
-    - get  # Kopf peering (as documented by Kopf)
+    - get  # Kopf peering (Kopf's documented RBAC for peering: get, list, watch, patch)
     - list  # Kopf peering: see the other replicas
     - watch  # Kopf peering: see the other replicas
     - patch  # Kopf peering: announce this replica and its priority, clean up dead peers
@@ -124,7 +124,7 @@
 - apiGroups: ["kopf.dev"]
   resources: [clusterkopfpeerings]
   verbs:
-    - get  # Kopf peering (as documented by Kopf)
+    - get  # Kopf peering (Kopf's documented RBAC for peering: get, list, watch, patch)
     - list  # Kopf peering: see the other replicas
     - watch  # Kopf peering: see the other replicas
     - patch  # Kopf peering: announce this replica and its priority, clean up dead peers

@@ -38,7 +38,7 @@ _SSA = (_SSA_CREATE, _SSA_PATCH)
 _GET_OWNED = ("get", "check the owner reference before deleting a child the spec no longer asks for")
 _DELETE = ("delete", "remove a child the spec no longer asks for (only one this pool owns)")
 _PEERING = (
-    ("get", "Kopf peering (as documented by Kopf)"),
+    ("get", "Kopf peering (Kopf's documented RBAC for peering: get, list, watch, patch)"),
     ("list", "Kopf peering: see the other replicas"),
     ("watch", "Kopf peering: see the other replicas"),
     ("patch", "Kopf peering: announce this replica and its priority, clean up dead peers"),
@@ -128,8 +128,8 @@ RULES: tuple[Rule, ...] = (
         "apiextensions.k8s.io",
         ("customresourcedefinitions",),
         (
-            ("list", "Kopf discovers which CRDs exist (and Barge's optional KEDA/Prometheus kinds)"),
-            ("watch", "Kopf notices CRDs installed or removed while it runs"),
+            ("list", "Kopf scans the CRDs to find the resources it handles (Kopf's documented RBAC)"),
+            ("watch", "Kopf notices CRDs added or removed while it runs"),
         ),
         "cluster",
     ),
