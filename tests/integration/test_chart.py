@@ -38,6 +38,16 @@ def helm() -> Path:
     return localcluster.build()["helm"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """helm's cache, config and data in the test's own directory, never the user's."""
+    home = tmp_path_factory.mktemp("helm-home")
+    with pytest.MonkeyPatch.context() as patch:
+        for kind in ("CACHE", "CONFIG", "DATA"):
+            patch.setenv(f"HELM_{kind}_HOME", str(home / kind.lower()))
+        yield
+
+
 def _run(
     helm: Path, *args: str, values: dict[str, Any] | None = None, tmp: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
