@@ -336,6 +336,29 @@ def test_ephemeral_sqlite_is_accepted_when_asked_for(helm: Path, tmp: Path) -> N
     assert volumes["ledger"] == {"name": "ledger", "emptyDir": {}}
 
 
+def notes(helm: Path, tmp: Path, values: dict[str, Any]) -> str:
+    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    out = _run(helm, "install", "barge", str(CHART), "-n", "barge-system", "--dry-run=client", values=values, tmp=tmp)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_give_next_steps_for_the_installed_mode(helm: Path, tmp: Path) -> None:
+    default = notes(helm, tmp, {})
+    assert "watching every namespace" in default
+    assert "SQLite on PersistentVolumeClaim barge-ledger (kept on uninstall)" in default
+    assert "kubectl -n barge-system rollout status deployment/barge" in default
+    assert "kubectl -n claims apply -f manifests/samples/llmbatchjob-anthropic.yaml" in default
+    assert "For production, use a PostgreSQL ledger" in default
+    ha = notes(helm, tmp, {"replicas": 2, "watch": {"allNamespaces": False, "namespaces": ["team-a"]}, **PG})
+    assert '2 replicas, Kopf peering "barge"' in ha
+    assert "PostgreSQL (URL from Secret barge-ledger, key url)" in ha
+    assert "kubectl -n team-a create secret generic anthropic" in ha
+    assert "For production" not in ha
+    ephemeral = notes(helm, tmp, {"ledger": {"sqlite": {"persistence": {"enabled": False}, "ephemeral": True}}})
+    assert "DEVELOPMENT ONLY" in ephemeral
+
+
 # --- the schema refuses ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("values", "says"),
