@@ -14,7 +14,7 @@ import kopf
 from barge.batch import prices
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
-from barge.operator import jobs, metrics, pools
+from barge.operator import diffbase, jobs, metrics, pools
 from barge.operator.kube import Kube
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
@@ -27,7 +27,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         settings.persistence.finalizer = "barge.dev/finalizer"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="barge.dev")
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        settings.persistence.diffbase_storage = diffbase.DiffBaseStorage(  # a job's spec is never copied in
             prefix="barge.dev", key="last-handled-configuration"
         )
         settings.posting.level = logging.WARNING  # Barge posts its own events; Kopf's only when something is wrong
