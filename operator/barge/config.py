@@ -55,6 +55,8 @@ class OperatorConfig:
     """Closer than this to the deadline, leftovers go to the synchronous path (BARGE_MIN_BATCH_WINDOW)."""
     max_shard_requests: int = 0
     """Requests per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_REQUESTS)."""
+    max_shard_bytes: int = 0
+    """Encoded bytes per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_BYTES)."""
     peering: str | None = None
     """Kopf peering name for several operator replicas; None runs standalone."""
     peering_priority: int = 0
@@ -86,6 +88,7 @@ class OperatorConfig:
             "poll_seconds": float(env.get("BARGE_POLL_SECONDS", cls.poll_seconds)),
             "min_batch_window": float(env.get("BARGE_MIN_BATCH_WINDOW", cls.min_batch_window)),
             "max_shard_requests": int(env.get("BARGE_MAX_SHARD_REQUESTS", cls.max_shard_requests)),
+            "max_shard_bytes": int(env.get("BARGE_MAX_SHARD_BYTES", cls.max_shard_bytes)),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
             "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),

@@ -34,6 +34,10 @@ CUSTOM_ID_FIELDS = ("id", "promptVersion", "runDate", "tenant", "line")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 CUSTOM_ID_TEMPLATE = r"^([^{}]|\{(" + "|".join(CUSTOM_ID_FIELDS) + r")\})*$"
 
+#: Request keys Barge sets itself; spec.request.params may not override them (the job is priced by them, and
+#: `n` or `stream` would multiply the cost or break the result format).
+RESERVED_PARAMS = ("model", "max_tokens", "max_completion_tokens", "messages", "system", "custom_id", "n", "stream")
+
 #: Spec fields that may change after creation; everything else is fixed like a Job's pod template.
 MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget")
 IMMUTABLE_SPEC_FIELDS = (
@@ -160,7 +164,10 @@ class RequestSpec(Model):
     )
     max_tokens: int = Field(1024, ge=1, le=1_000_000, description="max_tokens of every request.")
     params: dict[str, Any] = Field(
-        default_factory=dict, description="Extra provider parameters passed through (temperature, ...)."
+        default_factory=dict,
+        description="Extra provider parameters passed through (temperature, ...); never the ones Barge sets: "
+        + ", ".join(RESERVED_PARAMS)
+        + ".",
     )
     prompt_version: str = Field(
         "v1",
@@ -170,6 +177,16 @@ class RequestSpec(Model):
         description="Version of the prompt; part of the default customId.",
     )
     cache_prefix: bool = Field(True, description="Mark the shared system block for prompt caching.")
+
+    @model_validator(mode="after")
+    def _check_params(self) -> RequestSpec:
+        reserved = sorted(k for k in self.params if k in RESERVED_PARAMS)
+        if reserved:
+            raise ValueError(
+                f"spec.request.params may not set {reserved}: Barge sets them (and prices the job by them); "
+                "use spec.provider.model, spec.request.maxTokens, system and template instead"
+            )
+        return self
 
 
 class RetrySpec(Model):
@@ -187,6 +204,16 @@ class FallbackSpec(Model):
     tokens_per_minute: int = Field(0, ge=0, description="Token rate limit; 0 means unlimited.")
 
 
+class ModelPrice(Model):
+    """Price of the job's model in USD per million tokens, at the synchronous (list) rate; batches get the
+    operator's batch discount (50%)."""
+
+    input: str = Field(pattern=DECIMAL, max_length=32, description="USD per million input tokens.")
+    output: str = Field(pattern=DECIMAL, max_length=32, description="USD per million output tokens.")
+    cache_write: str = Field("0", pattern=DECIMAL, max_length=32, description="USD per million cache-write tokens.")
+    cache_read: str = Field("0", pattern=DECIMAL, max_length=32, description="USD per million cache-read tokens.")
+
+
 class BudgetSpec(Model):
     """Spending limit for the whole job."""
 
@@ -195,6 +222,12 @@ class BudgetSpec(Model):
         pattern=DECIMAL,
         max_length=32,
         description="Refuse to submit, and stop resubmitting, past this many USD.",
+    )
+    price: ModelPrice | None = Field(
+        None,
+        description="Price of spec.provider.model for this job, used instead of the operator's price table "
+        "(e.g. for an Azure deployment name the table cannot know). A job with a budget on a model without "
+        "a price is not admitted.",
     )
 
     @property

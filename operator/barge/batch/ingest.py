@@ -122,3 +122,12 @@ async def ingest(
     commit()
     ledger.set_batch(job, info.id, ingested=True, status=info.status, ended_at=clock())
     return report
+
+
+def give_up(ledger: Ledger, job: str, batch_id: str, reason: str, clock: Callable[[], float] = time.time) -> int:
+    """A batch the provider no longer knows, past the deadline: its items still `submitted` are failed (not
+    resubmitted: if it runs after all, it must not be paid twice) and the batch is closed. Returns the count."""
+    expected = ledger.submitted_of(job, batch_id)
+    ledger.apply(job, [ItemUpdate(cid, "failed", "batch_not_found", reason, n + 1) for cid, n in expected.items()])
+    ledger.set_batch(job, batch_id, ingested=True, status="not_found", ended_at=clock())
+    return len(expected)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from barge.api.batchjob import RequestSpec
 from barge.batch.render import ItemError, Renderer
 from barge.providers.base import Request
+
+T = TypeVar("T")
 
 #: One request over this many encoded bytes is refused: it is far beyond any model's context window.
 MAX_REQUEST_BYTES = 1024 * 1024
@@ -46,6 +48,61 @@ class RequestFactory:
         return estimate_tokens(self.spec.system + user)
 
 
+def admit_line(
+    number: int,
+    raw: bytes,
+    renderer: Renderer,
+    factory: RequestFactory,
+    encode: Callable[[Request], bytes],
+    seen: set[str],
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+) -> dict[str, Any]:
+    """One ledger row for one input line: `pending` with its payload, or `invalid` with the line and the reason."""
+    custom_id = f"#line-{number}"  # invalid lines get a key that can never be a real custom_id
+    item_id: str | None = None
+    try:
+        fields = renderer.parse(raw)
+        item_id = renderer.item_id(fields)
+        rendered = renderer.render(number, fields)
+        custom_id = rendered.custom_id
+        if custom_id in seen:
+            custom_id = f"#line-{number}"
+            raise ItemError(
+                f"duplicate id {item_id!r} (its custom_id {rendered.custom_id!r} is already used by an earlier line)",
+                "duplicate_id",
+            )
+        size = len(encode(factory(rendered.custom_id, rendered.user)))
+        if size > max_request_bytes:
+            raise ItemError(
+                f"request is {size} bytes, over the {max_request_bytes}-byte per-request limit", "request_too_large"
+            )
+        seen.add(custom_id)
+        return {
+            "custom_id": custom_id,
+            "line": number,
+            "item_id": item_id,
+            "state": "pending",
+            "payload": rendered.user,
+            "est_tokens": factory.estimate(rendered.user),
+            "size": size,  # encoded bytes: shards are cut by it as well as by count
+        }
+    except ItemError as exc:
+        return invalid_row(number, exc.error_type, exc.reason, custom_id, item_id)
+
+
+def invalid_row(
+    number: int, error_type: str, reason: str, custom_id: str = "", item_id: str | None = None
+) -> dict[str, Any]:
+    return {
+        "custom_id": custom_id or f"#line-{number}",
+        "line": number,
+        "item_id": item_id,
+        "state": "invalid",
+        "error_type": error_type,
+        "reason": reason,
+    }
+
+
 def admit(
     lines: Iterable[tuple[int, bytes]],
     renderer: Renderer,
@@ -53,57 +110,23 @@ def admit(
     encode: Callable[[Request], bytes],
     max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> Iterator[dict[str, Any]]:
-    """One ledger row per input line: `pending` with its payload, or `invalid` with the line and the reason."""
+    """One ledger row per input line, in this process (`barge plan`; the engine plans in planner.py)."""
     seen: set[str] = set()
     for number, raw in lines:
-        custom_id = f"#line-{number}"  # invalid lines get a key that can never be a real custom_id
-        item_id: str | None = None
-        try:
-            fields = renderer.parse(raw)
-            item_id = renderer.item_id(fields)
-            rendered = renderer.render(number, fields)
-            custom_id = rendered.custom_id
-            if custom_id in seen:
-                custom_id = f"#line-{number}"
-                raise ItemError(
-                    f"duplicate id {item_id!r} (its custom_id {rendered.custom_id!r} is already used by "
-                    "an earlier line)",
-                    "duplicate_id",
-                )
-            size = len(encode(factory(rendered.custom_id, rendered.user)))
-            if size > max_request_bytes:
-                raise ItemError(
-                    f"request is {size} bytes, over the {max_request_bytes}-byte per-request limit", "request_too_large"
-                )
-            seen.add(custom_id)
-            yield {
-                "custom_id": custom_id,
-                "line": number,
-                "item_id": item_id,
-                "state": "pending",
-                "payload": rendered.user,
-                "est_tokens": factory.estimate(rendered.user),
-            }
-        except ItemError as exc:
-            yield {
-                "custom_id": custom_id,
-                "line": number,
-                "item_id": item_id,
-                "state": "invalid",
-                "error_type": exc.error_type,
-                "reason": exc.reason,
-            }
+        yield admit_line(number, raw, renderer, factory, encode, seen, max_request_bytes)
 
 
-def shards(items: Iterable[tuple[str, int]], max_requests: int, max_bytes: int) -> Iterator[list[str]]:
-    """Group (custom_id, encoded size) into shards under the provider's count and byte limits."""
-    current: list[str] = []
+def shards(items: Iterable[tuple[T, int]], max_requests: int, max_bytes: int) -> Iterator[list[T]]:
+    """Group (key, encoded size) into shards under the provider's count and byte limits (each request is
+    followed by one separator byte). A request alone over `max_bytes` still gets a shard of its own: admission
+    already refused anything over MAX_REQUEST_BYTES, far below every provider's limit."""
+    current: list[T] = []
     size = 0
-    for custom_id, length in items:
+    for key, length in items:
         if current and (len(current) >= max_requests or size + length + 1 > max_bytes):
             yield current
             current, size = [], 0
-        current.append(custom_id)
+        current.append(key)
         size += length + 1
     if current:
         yield current

@@ -40,6 +40,10 @@ class PriceTable:
         prefixes = sorted((m for m in self.models if model.startswith(m)), key=len, reverse=True)
         return self.models[prefixes[0]] if prefixes else None
 
+    def with_price(self, model: str, price: Price) -> PriceTable:
+        """This table with `model` priced as given (a job's own spec.budget.price)."""
+        return PriceTable(self.version, self.batch_discount, {**self.models, model: price})
+
     def cost(self, model: str, usage: Usage, *, batch: bool) -> Decimal:
         """Cost of this usage; 0 for a model the table does not know (the status says so)."""
         price = self.price(model)

@@ -13,16 +13,22 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, UndefinedError
+from jinja2 import TemplateError, UndefinedError
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from barge.api.batchjob import LLMBatchJobSpec
+from barge.batch.bounded import bound
+from barge.batch.sandbox import BoundedSandbox, Limits, render_bounded
+from barge.storage import MAX_LINE_BYTES, OversizeLine
 
 CUSTOM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 HASH_LEN = 10
+
+
+class PlanError(Exception):
+    """The job as a whole cannot be planned (its template does not compile): Admitted=False with this message."""
 
 
 class ItemError(ValueError):
@@ -32,6 +38,16 @@ class ItemError(ValueError):
         super().__init__(reason)
         self.reason = reason
         self.error_type = error_type
+
+
+def check_text(text: str, what: str) -> None:
+    """Text every ledger and provider can take: UTF-8 encodable (no lone surrogates) and without NUL."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ItemError(f"{what} holds text that is not valid Unicode ({exc.reason})", "invalid_unicode") from exc
+    if "\x00" in text:
+        raise ItemError(f"{what} holds a NUL character (U+0000), which the ledger cannot store", "nul_character")
 
 
 def make_custom_id(template: str, values: dict[str, str]) -> str:
@@ -53,23 +69,27 @@ class Rendered:
 class Renderer:
     """Compiled once per job; `render` is called per line."""
 
-    def __init__(self, spec: LLMBatchJobSpec, run_date: str, tenant: str) -> None:
-        self.env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+    def __init__(self, spec: LLMBatchJobSpec, run_date: str, tenant: str, limits: Limits | None = None) -> None:
+        self.env = BoundedSandbox(limits)
         try:
             self.template = self.env.from_string(spec.request.template)
-        except TemplateError as exc:
-            raise ValueError(f"spec.request.template does not compile: {exc}") from exc
+        except (TemplateError, RecursionError, MemoryError) as exc:
+            raise PlanError(f"spec.request.template does not compile: {exc}") from exc
         self.id_field = spec.input.id_field
         self.custom_id_template = spec.custom_id
         self.fixed = {"promptVersion": spec.request.prompt_version, "runDate": run_date, "tenant": tenant}
 
     def parse(self, line: bytes) -> dict[str, Any]:
+        if isinstance(line, OversizeLine):
+            raise ItemError(f"line of {line.length} bytes is over the {MAX_LINE_BYTES}-byte limit", "line_too_long")
         if not line.strip():
             raise ItemError("empty line", "empty_line")
         try:
             value = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ItemError(f"malformed JSON: {exc}", "malformed_json") from exc
+        except RecursionError as exc:
+            raise ItemError("malformed JSON: nested too deeply", "malformed_json") from exc
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
+            raise ItemError(bound(f"malformed JSON: {exc}", 300), "malformed_json") from exc
         if not isinstance(value, dict):
             raise ItemError(f"a line must be a JSON object, got {type(value).__name__}", "malformed_json")
         return value
@@ -82,6 +102,8 @@ class Renderer:
             raise ItemError(
                 f"id field {self.id_field!r} must be a string or an integer, got {type(value).__name__}", "bad_id"
             )
+        if isinstance(value, int) and abs(value) >= 10**64:
+            raise ItemError(f"id field {self.id_field!r} is an integer of more than 64 digits", "bad_id")
         text = str(value)
         if not text.strip():
             raise ItemError(f"id field {self.id_field!r} is empty", "bad_id")
@@ -90,10 +112,18 @@ class Renderer:
     def render(self, line_number: int, fields: dict[str, Any]) -> Rendered:
         item_id = self.item_id(fields)
         try:
-            user = self.template.render(**fields)
+            user = render_bounded(self.template.generate(**fields), self.env.limits.max_output)
         except UndefinedError as exc:
             raise ItemError(f"template references a missing field: {exc.message}", "template_error") from exc
-        except (TemplateError, SecurityError, TypeError, ValueError) as exc:
-            raise ItemError(f"template failed: {exc}", "template_error") from exc
+        except RecursionError as exc:
+            raise ItemError("template failed: recursion too deep", "template_limit") from exc
+        except MemoryError as exc:
+            raise ItemError("template failed: out of memory", "resource_limit") from exc
+        except SecurityError as exc:  # the sandbox refused (a limit, or an unsafe attribute)
+            raise ItemError(bound(f"template failed: {exc}", 300), "template_limit") from exc
+        except Exception as exc:  # anything a template can raise (1/0, bad filters, ...) is this line's fault
+            raise ItemError(bound(f"template failed: {type(exc).__name__}: {exc}", 300), "template_error") from exc
+        check_text(user, "rendered message")
+        check_text(item_id, "id")
         values = {**self.fixed, "id": item_id, "line": str(line_number)}
         return Rendered(item_id, make_custom_id(self.custom_id_template, values), user)

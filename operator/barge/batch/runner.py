@@ -17,20 +17,22 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
-from barge.batch import failpoints, plan, prices
+from barge.batch import budget, failpoints, plan, planner, prices
+from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
-from barge.batch.ingest import Report, ingest
+from barge.batch.ingest import Report, give_up, ingest
 from barge.batch.outputs import write_outputs
-from barge.batch.render import Renderer
 from barge.batch.routing import route
 from barge.batch.snapshot import Snapshot, build_snapshot
 from barge.ledger import ItemUpdate, Ledger
-from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result, Usage
+from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient
 from barge.storage import StoragePolicy, join, write_lines
 
 log = logging.getLogger("barge.batch")
 Event = Callable[[str, str, str], None]  # (reason, message, type Normal|Warning)
+STOPPING = "Stopping"  # ledger phase: a fatal answer was seen; live batches are being cancelled and collected
+STOP_GRACE = 900.0  # seconds a stopping job waits for its cancelled batches before failing without them
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class EngineSettings:
     """How many batches the status lists (the ledger keeps them all)."""
     max_shard_requests: int = 0
     """Cap on requests per batch below the provider's limit (0 = the provider's); smaller shards fail smaller."""
+    max_shard_bytes: int = 0
+    """Cap on a batch's encoded bytes below the provider's limit (0 = the provider's)."""
+    plan_limits: planner.PlanLimits = field(default_factory=planner.PlanLimits)
+    """CPU, memory and time limits of the planner process (templates and input are the job's, not ours)."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,14 @@ class Job:
 
     @property
     def spec_hash(self) -> str:
-        names = [n for n, info in LLMBatchJobSpec.model_fields.items() if (info.alias or n) in IMMUTABLE_SPEC_FIELDS]
-        fixed = self.spec.model_dump(mode="json", by_alias=True, include=set(names))
-        return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()
+        return spec_hash(self.spec)
+
+
+def spec_hash(spec: LLMBatchJobSpec) -> str:
+    """Hash of the immutable part of a spec: the ledger refuses to go on with a job whose spec changed under it."""
+    names = [n for n, info in LLMBatchJobSpec.model_fields.items() if (info.alias or n) in IMMUTABLE_SPEC_FIELDS]
+    fixed = spec.model_dump(mode="json", by_alias=True, include=set(names))
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()
 
 
 class JobRunner:
@@ -85,7 +96,8 @@ class JobRunner:
         self.job = job
         self.provider = provider
         self.ledger = ledger
-        self.prices = price_table
+        self.prices = budget.job_prices(price_table, job.spec, job.model)
+        self.budget = budget.Budget(ledger, job.key, job.spec, job.model, self.prices)
         self.settings = settings or EngineSettings()
         self.clock = clock
         self.on_event = on_event or (lambda reason, message, kind: log.info("%s: %s", reason, message))
@@ -105,15 +117,20 @@ class JobRunner:
                 write=False,
             )
         row = self.ledger.job(key) or row
+        if row["phase"] == STOPPING:
+            await self._stop(row["fatal"])
+            return self.snapshot()
         if row["fatal"] or row["phase"] in ("Succeeded", "Failed"):
             return self.snapshot()
         if not row["planned"]:
-            self._plan()
+            if self.budget.unpriced:  # not admitted: the snapshot says which price is missing
+                return self.snapshot()
+            await self._plan()
         if self.budget_hold():
             return self.snapshot()
         try:
             await self._reconcile_intents()
-            await self._poll()
+            await self._poll(cutoff_done=bool(row["cutoff_done"]))
             if self.job.spec.suspend:
                 await self._cancel_live("Suspended", "suspended: in-flight batches cancelled, holding")
                 return self.snapshot()
@@ -129,8 +146,14 @@ class JobRunner:
                 await self._fallback()
             else:
                 await self._submit()
-        except Fatal as exc:
-            self._fail(f"{exc.error_type}: {exc.message}")
+        except Fatal as exc:  # billing, auth: cancel and collect what is in flight, then fail (see _stop)
+            message = bound(f"{exc.error_type}: {exc.message}")
+            self.ledger.set_job(key, fatal=message, phase=STOPPING, completed_at=self.clock())
+            self.on_event(
+                "Stopping", f"{message}; cancelling in-flight batches and collecting their results", "Warning"
+            )
+            await self._stop(message)
+            return self.snapshot()
         self._judge()
         return self.snapshot()
 
@@ -140,11 +163,11 @@ class JobRunner:
         )
 
     # --- planning and budget ----------------------------------------------------------------------------------
-    def _plan(self) -> None:
-        renderer = Renderer(self.job.spec, self.job.run_date, self.job.tenant)
-        total = self.ledger.add_items(
-            self.job.key, plan.admit(self.job.lines(), renderer, self.factory, self.provider.encode)
-        )
+    async def _plan(self) -> None:
+        job = self.job
+        spec = job.spec.model_dump(mode="json", by_alias=True)
+        what = planner.PlanInput(spec, job.run_date, job.tenant, job.model, self.provider.name)
+        total = await planner.plan(job.key, what, job.lines, self.ledger, self.settings.plan_limits)
         invalid = self.ledger.counts(self.job.key).get("invalid", 0)
         self.ledger.set_job(self.job.key, planned=True, total=total, started_at=self.clock(), phase="Submitting")
         estimate = self.estimate(batch=not self.sync_only)
@@ -157,39 +180,10 @@ class JobRunner:
             self.on_event("InvalidItems", f"{invalid} input lines are invalid (see failures.jsonl)", "Warning")
 
     def estimate(self, *, batch: bool, states: tuple[str, ...] = ("pending", "submitting", "submitted")) -> Decimal:
-        """Upper bound: estimated input tokens plus max_tokens of output for every item in `states`."""
-        tokens, count = self.ledger.estimate_inputs(self.job.key, states)
-        usage = Usage(input_tokens=tokens, output_tokens=count * self.job.spec.request.max_tokens)
-        return self.prices.cost(self.job.model, usage, batch=batch)
+        return self.budget.estimate(batch=batch, states=states)
 
     def budget_hold(self) -> bool:
-        """Refuse to submit anything while the estimate is over budget (the job waits for a larger budget)."""
-        budget = self.job.spec.budget
-        if (
-            budget is None
-            or self.ledger.batches_of(self.job.key)
-            or not (self.ledger.job(self.job.key) or {}).get("planned")
-        ):
-            return False
-        return self.estimate(batch=not self.sync_only) > budget.max_cost
-
-    def _within_budget(self) -> bool:
-        """Resubmissions stop when what was spent plus what remains would pass the budget."""
-        budget = self.job.spec.budget
-        if budget is None or not self.ledger.batches_of(self.job.key):
-            return True
-        spent = Decimal(self.snapshot().usage["costUSD"])
-        remaining = self.estimate(batch=True, states=("pending",))
-        if spent + remaining <= budget.max_cost:
-            return True
-        reason = f"budget: spent ${prices.money(spent)} + ${prices.money(remaining)} to go > ${budget.max_cost_usd}"
-        left = [
-            ItemUpdate(cid, "failed", "budget_exceeded", reason)
-            for _, cid in self.ledger.iter_items(self.job.key, "custom_id", ("pending",))
-        ]
-        self.ledger.apply(self.job.key, left)
-        self.on_event("BudgetExceeded", f"{len(left)} items not resubmitted: {reason}", "Warning")
-        return False
+        return self.budget.hold(sync_only=self.sync_only)
 
     # --- submission -------------------------------------------------------------------------------------------
     def _shard_lines(self, shard: str) -> Iterator[bytes]:
@@ -197,22 +191,31 @@ class JobRunner:
             yield self.provider.encode(self.factory(cid, payload))
 
     def _shards(self) -> Iterator[tuple[int, int, int, int]]:
-        """(first line, last line, count, max attempts so far) of each shard of the pending items."""
+        """(first line, last line, count, max attempts so far) of each shard of the pending items, cut by count
+        and by encoded bytes (the same `plan.shards` that `barge plan` shows)."""
         limit = min(self.provider.max_requests, self.settings.max_shard_requests or self.provider.max_requests)
-        first = last = count = size = attempts = 0
-        for line, length, tries in self.ledger.iter_items(self.job.key, "size, attempts", ("pending",)):
-            if count and (count >= limit or size + length + 1 > self.provider.max_bytes):
-                yield first, last, count, attempts
-                count = size = attempts = 0
-            if not count:
-                first = line
-            last, count, size, attempts = line, count + 1, size + length + 1, max(attempts, tries)
-        if count:
-            yield first, last, count, attempts
+        max_bytes = min(self.provider.max_bytes, self.settings.max_shard_bytes or self.provider.max_bytes)
+        self._measure_unsized()
+        rows = (
+            ((line, tries), size)
+            for line, size, tries in self.ledger.iter_items(self.job.key, "size, attempts", ("pending",))
+        )
+        for shard in plan.shards(rows, limit, max_bytes):
+            yield shard[0][0], shard[-1][0], len(shard), max(tries for _, tries in shard)
+
+    def _measure_unsized(self) -> None:
+        """Items planned before sizes were recorded (size 0) are measured once, so no shard is cut blind."""
+        sizes = [
+            (len(self.provider.encode(self.factory(cid, payload))), cid)
+            for _, cid, payload in self.ledger.iter_items(
+                self.job.key, "custom_id, payload", ("pending",), unsized=True
+            )
+        ]
+        self.ledger.set_sizes(self.job.key, sizes)
 
     async def _submit(self) -> None:
         key = self.job.key
-        if not self._within_budget():
+        if not self.budget.within(self.on_event):
             return
         for first, last, count, tries in list(self._shards()):
             shard = f"s{self.ledger.intent_count(key):05d}"
@@ -298,9 +301,28 @@ class JobRunner:
                 self.ledger.abandon_intent(self.job.key, intent["shard"])
 
     # --- polling and ingestion ----------------------------------------------------------------------------------
-    async def _poll(self) -> None:
+    async def _poll(self, *, cutoff_done: bool = False) -> None:
+        """Retrieve every live batch and ingest the ended ones. One batch the provider cannot answer for does not
+        stop the others nor the deadline: it is skipped with a Warning, and past the deadline cut-off a batch the
+        provider does not know (404) is given up (its items failed, never resubmitted: it might still run)."""
         for batch in self.ledger.batches_of(self.job.key, live_only=True):
-            info = await self.provider.retrieve(batch["batch_id"])
+            try:
+                info = await self.provider.retrieve(batch["batch_id"])
+            except (Invalid, Transient) as exc:
+                if isinstance(exc, Invalid) and cutoff_done:
+                    n = give_up(
+                        self.ledger, self.job.key, batch["batch_id"], f"{exc.error_type}: {exc.message}", self.clock
+                    )
+                    self.on_event(
+                        "BatchLost",
+                        bound(f"batch {batch['batch_id']} given up at the deadline ({n} items failed): {exc.message}"),
+                        "Warning",
+                    )
+                else:
+                    self.on_event(
+                        "PollFailed", bound(f"batch {batch['batch_id']}: {exc.error_type}: {exc.message}"), "Warning"
+                    )
+                continue
             if info.status != batch["status"]:
                 self.ledger.set_batch(self.job.key, batch["batch_id"], status=info.status)
             if info.ended:
@@ -371,6 +393,9 @@ class JobRunner:
                 ],
             )
             return
+        pending = self.budget.split_sync(pending, self.on_event)
+        if not pending:
+            return
         attempts = {r[1]: int(r[4]) for r in pending}
         fb = self.job.spec.fallback
         concurrency, rpm, tpm = fb.concurrency, fb.requests_per_minute, fb.tokens_per_minute
@@ -416,6 +441,26 @@ class JobRunner:
         self.ledger.apply(key, buffer)
 
     # --- judgement ------------------------------------------------------------------------------------------------
+    async def _stop(self, message: str) -> None:
+        """A fatal answer stops the job, but its live batches are paid for: cancel them, ingest what they
+        return, then fail. Waits at most STOP_GRACE seconds, and not at all once the provider refuses us."""
+        row = self.ledger.job(self.job.key) or {}
+        await self._cancel_live("Stopping", "fatal provider answer: in-flight batches cancelled")
+        try:
+            await self._poll(cutoff_done=True)
+        except Fatal:
+            pass  # cannot even read: nothing more to collect
+        else:
+            if (
+                self.ledger.batches_of(self.job.key, live_only=True)
+                and self.clock() - float(row.get("completed_at") or 0) < STOP_GRACE
+            ):
+                return
+        live = [b["batch_id"] for b in self.ledger.batches_of(self.job.key, live_only=True)]
+        if live:
+            message += f"; batches not collected (kept in the ledger): {', '.join(live[:20])}"
+        self._fail(message)
+
     def _fail(self, message: str, *, write: bool = True) -> None:
         self.ledger.set_job(self.job.key, fatal=message, phase="Failed", completed_at=self.clock())
         self.on_event("Failed", message, "Warning")

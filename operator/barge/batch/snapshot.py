@@ -12,6 +12,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from barge.batch import prices
+from barge.batch.bounded import bound
+from barge.batch.budget import missing_price_message
 from barge.ledger import Ledger
 from barge.providers.base import Usage
 
@@ -126,11 +128,16 @@ def build_snapshot(
     fatal = str(row.get("fatal") or "")
     phase = str(row.get("phase") or "Pending")
     message = ""
-    if fatal:
-        phase, message = "Failed", fatal
+    unpriced = budget is not None and table.price(job.model) is None
+    if fatal and phase == "Stopping":
+        phase = "Running"
+        message = bound(f"stopping: {fatal}; cancelling and collecting {len(live)} batches in flight")
+    elif fatal:
+        phase, message = "Failed", bound(fatal)
     elif phase not in ("Succeeded", "Failed"):
         if not planned:
             phase = "Pending"
+            message = missing_price_message(job.model) if unpriced else ""
         elif held:
             phase = "Pending"
             message = (
@@ -161,8 +168,10 @@ def build_snapshot(
         _condition(
             "Admitted",
             planned,
-            "Planned" if planned else "Planning",
-            f"{total} items, {counts['invalid']} invalid" if planned else "reading the input",
+            "Planned" if planned else ("PriceMissing" if unpriced else "Planning"),
+            f"{total} items, {counts['invalid']} invalid"
+            if planned
+            else (message if unpriced else "reading the input"),
         ),
         _condition(
             "Submitted",

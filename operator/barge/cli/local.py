@@ -115,8 +115,7 @@ def plan_command(manifest_path: Path) -> None:
             if row["state"] == "invalid":
                 invalid.append(row)
                 continue
-            size = len(provider.encode(factory(row["custom_id"], row["payload"])))
-            valid.append((row["custom_id"], size))
+            valid.append((row["custom_id"], row["size"]))
             tokens += row["est_tokens"]
     except StorageError as exc:
         err.print(f"[red]{exc}[/red]")

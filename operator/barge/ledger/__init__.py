@@ -178,11 +178,13 @@ class Ledger:
         states: tuple[str, ...],
         *,
         shard: str | None = None,
+        unsized: bool = False,
     ) -> Iterator[tuple[Any, ...]]:
         """`line, <columns>` of the items in `states`, in line order, one short query per page (keyset).
-        Asking for `payload` joins the payloads table."""
+        Asking for `payload` joins the payloads table; `unsized` keeps only items whose size is not recorded."""
         join = " JOIN payloads p ON p.job = i.job AND p.line = i.line" if "payload" in columns else ""
         where = f"i.job = ? AND i.state IN ({', '.join('?' for _ in states)})" + (" AND i.shard = ?" if shard else "")
+        where += " AND i.size = 0" if unsized else ""
         sql = (
             f"SELECT i.line, {columns} FROM items i{join} WHERE {where} AND i.line > ? "  # noqa: S608
             f"ORDER BY i.line LIMIT {PAGE}"
@@ -207,6 +209,15 @@ class Ledger:
             self._rows("SELECT COUNT(*) FROM items WHERE job = ? AND error_type = 'budget_exceeded'", (job,))[0][0]
         )
         return out
+
+    def set_sizes(self, job: str, sizes: list[tuple[int, str]]) -> None:
+        """Record encoded sizes, (size, custom_id) pairs, of items planned before sizes were kept."""
+        if sizes:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(
+                    self._sql("UPDATE items SET size = ? WHERE job = ? AND custom_id = ?"),
+                    [(n, job, cid) for n, cid in sizes],
+                )
 
     def estimate_inputs(self, job: str, states: tuple[str, ...]) -> tuple[int, int]:
         """(sum of estimated input tokens, item count) over `states`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,16 +21,18 @@ from pydantic import ValidationError
 
 from barge.api.batchjob import TERMINAL_PHASES, LLMBatchJobSpec
 from barge.api.pool import InferencePool
-from barge.batch import prices
+from barge.batch import faults, prices
+from barge.batch.bounded import bound
 from barge.batch.runner import EngineSettings, Job, JobRunner
+from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
 from barge.k8s.pool import endpoint
 from barge.ledger import Ledger
-from barge.operator import metrics, pools
+from barge.operator import faultstatus, metrics, pools
 from barge.operator import status as status_
 from barge.operator.kube import Kube, NotFound, Objects
 from barge.providers import BatchProvider, ProviderError, make_provider
-from barge.storage import StorageError, StoragePolicy, read_lines
+from barge.storage import StoragePolicy, read_lines
 
 log = logging.getLogger("barge.operator")
 PLURAL = "llmbatchjobs"
@@ -47,6 +50,8 @@ class Context:
     book: metrics.Book = field(default_factory=metrics.Book)
     """The jobs and pools as the watch shows them, for the metrics."""
     ledger_errors: int = 0
+    step_errors: dict[str, int] = field(default_factory=dict)
+    """fault reason -> steps that failed with it (barge_job_step_errors_total)."""
 
     @property
     def objects(self) -> Objects:
@@ -55,7 +60,9 @@ class Context:
     @property
     def settings(self) -> EngineSettings:
         return EngineSettings(
-            min_batch_window=self.config.min_batch_window, max_shard_requests=self.config.max_shard_requests
+            min_batch_window=self.config.min_batch_window,
+            max_shard_requests=self.config.max_shard_requests,
+            max_shard_bytes=self.config.max_shard_bytes,
         )
 
     @property
@@ -194,17 +201,19 @@ async def _write(ctx: Context, meta: dict[str, Any], old: dict[str, Any], new: d
 
 
 async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
-    """The daemon of one job: step until terminal (or until Kopf stops it)."""
+    """The daemon of one job: step until terminal (or until Kopf stops it). A step that raises becomes a
+    StepFailed condition, a Warning event and a counted reason, retried with backoff (faults.py)."""
     meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid", "creationTimestamp")}
     current: dict[str, Any] = dict(body.get("status") or {})
     key = job_key(meta)
+    failures = 0
     while not stopped:
         generation = int(body["metadata"].get("generation") or 0)
         interval = ctx.config.poll_seconds * random.uniform(0.8, 1.2)
         try:
             spec = LLMBatchJobSpec.model_validate(dict(body["spec"]))
         except ValidationError as exc:
-            message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            message = bound("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
             current = await _write(
                 ctx,
                 meta,
@@ -216,21 +225,50 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             await stopped.wait(interval)
             continue
         try:
-            target = await target_for(ctx, meta["namespace"], spec)
-            provider = target.provider
-            job = await build_job(ctx, meta, spec, target.model)
+            snap = await _step(ctx, meta, spec, post)
         except NotFound as exc:
+            fault = faults.StepFault("NotFound", bound(f"{exc}; waiting for it"), transient=True, admission=True)
+            if await _deadline(ctx, meta, spec, fault, current, generation, post):
+                return
             current = await _write(
                 ctx,
                 meta,
                 current,
-                status_.admitted_false(current.get("conditions", []), "NotFound", f"{exc}; waiting for it", generation),
+                status_.admitted_false(current.get("conditions", []), fault.reason, fault.message, generation),
             )
             await stopped.wait(interval)
             continue
+        except Exception as exc:  # every other fault is visible on the job (faults.py), never only logged
+            fault = faults.classify(exc)
+            failures += 1
+            ctx.ledger_errors += 1
+            ctx.step_errors[fault.reason] = ctx.step_errors.get(fault.reason, 0) + 1
+            log.warning("step of %s failed (%s): %s", key, fault.reason, fault.message, exc_info=not fault.transient)
+            post(fault.reason, fault.message, "Warning")
+            if await _deadline(ctx, meta, spec, fault, current, generation, post):
+                return
+            planned = bool((_ledger_row(ctx, key) or {}).get("planned"))
+            current = await _write(
+                ctx, meta, current, faultstatus.fault_status(current, fault, generation, planned=planned)
+            )
+            await stopped.wait(fault.backoff(interval, failures))
+            continue
+        failures = 0
+        new = faultstatus.recovered(status_.from_snapshot(snap, current, generation), generation)
+        current = await _write(ctx, meta, current, new)
+        if snap.terminal:
+            return
+        await stopped.wait(interval)
+
+
+async def _step(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, post: Poster) -> Snapshot:
+    """One engine step of the job: resolve its provider and input, step, close the provider."""
+    target = await target_for(ctx, meta["namespace"], spec)
+    try:
+        job = await build_job(ctx, meta, spec, target.model)
         runner = JobRunner(
             job,
-            provider,
+            target.provider,
             ctx.ledger,
             ctx.prices,
             ctx.settings,
@@ -238,32 +276,41 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             sync_only=target.sync_only,
             sync_limits=(target.concurrency, target.requests_per_minute, target.tokens_per_minute),
         )
-        try:
-            snap = await runner.step()
-        except StorageError as exc:
-            current = await _write(
-                ctx,
-                meta,
-                current,
-                status_.admitted_false(current.get("conditions", []), "InputError", str(exc), generation),
-            )
-            await stopped.wait(interval)
-            continue
-        except ProviderError as exc:  # transient trouble talking to the provider: try again next poll
-            post("ProviderError", f"{exc.error_type}: {exc.message}", "Warning")
-            await stopped.wait(interval)
-            continue
-        except Exception:
-            ctx.ledger_errors += 1
-            log.exception("step of %s failed", key)
-            await stopped.wait(interval)
-            continue
-        finally:
-            await provider.close()
-        current = await _write(ctx, meta, current, status_.from_snapshot(snap, current, generation))
-        if snap.terminal:
-            return
-        await stopped.wait(interval)
+        return await runner.step()
+    finally:
+        await target.provider.close()
+
+
+def _ledger_row(ctx: Context, key: str) -> dict[str, Any] | None:
+    try:
+        return ctx.ledger.job(key)
+    except Exception:  # the ledger may be what is failing
+        return None
+
+
+async def _deadline(
+    ctx: Context,
+    meta: dict[str, Any],
+    spec: LLMBatchJobSpec,
+    fault: faults.StepFault,
+    current: dict[str, Any],
+    generation: int,
+    post: Poster,
+) -> bool:
+    """The deadline applies to a job whose steps fail: past it the job is Failed (True: the daemon ends)."""
+    try:
+        done = faults.fail_at_deadline(
+            ctx.ledger, job_key(meta), spec, spec.tenant or meta["namespace"], time.time(), fault
+        )
+    except Exception:
+        log.exception("cannot record the deadline failure of %s in the ledger", job_key(meta))
+        done = spec.deadline is not None and time.time() >= spec.deadline.timestamp()
+    if not done:
+        return False
+    status = faultstatus.failed_at_deadline(current, fault, generation)
+    post("Failed", status["message"], "Warning")
+    await _write(ctx, meta, current, status)
+    return True
 
 
 async def cancel_on_delete(ctx: Context, body: Any) -> None:

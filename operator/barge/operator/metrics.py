@@ -168,6 +168,12 @@ class BargeCollector(Collector):
         errors = CounterMetricFamily("barge_ledger_errors", "Engine steps that failed unexpectedly")
         errors.add_metric([], self.ctx.ledger_errors)
         yield errors
+        step_errors = CounterMetricFamily(
+            "barge_job_step_errors", "Job steps that failed, by fault reason (see batch/faults.py)", labels=["reason"]
+        )
+        for reason, n in sorted(self.ctx.step_errors.items()):
+            step_errors.add_metric([reason], n)
+        yield step_errors
         yield from self._ledger(rows, now)
 
     def _jobs(self, now: float, tenant_of: Mapping[str, str]) -> Iterator[GaugeMetricFamily]:

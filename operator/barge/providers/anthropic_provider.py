@@ -17,24 +17,9 @@ from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
 from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
+from barge.providers.encoding import anthropic_params as params
+from barge.providers.encoding import encode_anthropic
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
-
-CACHE_TTL = "1h"  # a shared system prefix outlives the default 5 minutes inside a long batch
-
-
-def params(request: Request) -> dict[str, Any]:
-    system: Any = request.system
-    if request.system and request.cache_system:
-        system = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral", "ttl": CACHE_TTL}}]
-    body: dict[str, Any] = {
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "messages": [{"role": "user", "content": request.user}],
-    }
-    if request.system:
-        body["system"] = system
-    body.update(request.params)
-    return body
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -100,7 +85,7 @@ class AnthropicProvider:
         self._create_client = client.with_options(max_retries=0)
 
     def encode(self, request: Request) -> bytes:
-        return orjson.dumps({"custom_id": request.custom_id, "params": params(request)})
+        return encode_anthropic(request)
 
     async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
         async def body() -> AsyncIterator[bytes]:

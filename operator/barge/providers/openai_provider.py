@@ -18,20 +18,12 @@ from openai.types import Batch
 
 from barge.providers import jsonl
 from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
+from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
+from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
-
-
-def body(request: Request) -> dict[str, Any]:
-    messages = []
-    if request.system:
-        messages.append({"role": "system", "content": request.system})  # OpenAI caches long prefixes itself
-    messages.append({"role": "user", "content": request.user})
-    out: dict[str, Any] = {"model": request.model, "messages": messages, "max_completion_tokens": request.max_tokens}
-    out.update(request.params)
-    return out
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -99,12 +91,12 @@ class OpenAIProvider:
         self.name = "azure-openai" if azure else "openai"
         self.max_requests = 100_000 if azure else 50_000
         self.max_bytes = 200 * 1024 * 1024
-        self.url = "/chat/completions" if azure else "/v1/chat/completions"
+        self.url = AZURE_URL if azure else OPENAI_URL
+        self._encode = openai_encoder(self.url)
         self._create_client = client.with_options(max_retries=0)
 
     def encode(self, request: Request) -> bytes:
-        line = {"custom_id": request.custom_id, "method": "POST", "url": self.url, "body": body(request)}
-        return orjson.dumps(line)
+        return self._encode(request)
 
     async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
         try:

@@ -25,6 +25,8 @@ from barge.policy import Refused, check_storage
 
 BOM = b"\xef\xbb\xbf"
 REMOTE_SCHEMES = {"s3": "s3", "az": "az", "abfs": "abfs", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "https"}
+#: Longest input line read; a longer one becomes an invalid item (a request over 1 MiB is refused anyway).
+MAX_LINE_BYTES = 4 * 1024 * 1024
 METADATA_HOSTS = {"metadata.google.internal", "metadata", "instance-data"}
 
 
@@ -115,7 +117,7 @@ def locate(url: str, policy: StoragePolicy) -> tuple[Any, str]:
     return fs, f"{parsed.netloc}{parsed.path}"
 
 
-def read_lines(url: str, policy: StoragePolicy) -> Iterator[tuple[int, bytes]]:
+def read_lines(url: str, policy: StoragePolicy, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, line without its end) for every line, streamed; a UTF-8 BOM is dropped.
 
     Blank lines are yielded too (as b""): every line of the input must end in a visible state.
@@ -128,11 +130,52 @@ def read_lines(url: str, policy: StoragePolicy) -> Iterator[tuple[int, bytes]]:
     except OSError as exc:
         raise StorageError(f"cannot open {url}: {exc}") from exc
     with handle:
-        for number, raw in enumerate(handle, start=1):
-            line = raw.rstrip(b"\n").rstrip(b"\r")
+        for number, line in enumerate(bounded_lines(handle, max_line), start=1):
             if number == 1 and line.startswith(BOM):
                 line = line[len(BOM) :]
             yield number, line
+
+
+class OversizeLine(bytes):
+    """Stands for a line longer than the limit (its bytes were skipped, never held): it becomes an invalid item."""
+
+    def __new__(cls, length: int) -> OversizeLine:
+        line = super().__new__(cls, b"")
+        line.length = length
+        return line
+
+    length: int
+
+
+def bounded_lines(handle: Any, max_line: int = MAX_LINE_BYTES, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """Lines of a binary stream without their ends, read in chunks: a line over `max_line` bytes is never held
+    in memory, it is yielded as an `OversizeLine` (a file of gigabytes without a newline costs one chunk)."""
+    buffer = b""
+    skipping = 0  # bytes of an oversize line seen so far; 0 when not inside one
+    while True:
+        data = handle.read(chunk)
+        if not data:
+            break
+        buffer += data
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            if skipping:
+                yield OversizeLine(skipping + end)
+                skipping = 0
+            elif end > max_line:
+                yield OversizeLine(end)
+            else:
+                yield buffer[:end].rstrip(b"\r")
+            buffer = buffer[end + 1 :]
+        if len(buffer) > max_line or skipping:
+            skipping += len(buffer)
+            buffer = b""
+    if skipping:
+        yield OversizeLine(skipping + len(buffer))
+    elif buffer:
+        yield buffer.rstrip(b"\r")
 
 
 def join(url: str, name: str) -> str:

@@ -1,0 +1,240 @@
+"""Planning in a separate, limited process: what a job's template and input cost stays that job's problem.
+
+Why a process: rendering is user code (a template) over user data (the input). In the operator's own
+process a template like `{% for i in range(10**4) %}{% for j in range(10**4) %}...` or a string doubled in a
+loop took every job of every team down, and since a job re-plans after each restart the operator crash-looped.
+The sandbox (sandbox.py) refuses what it can see coming; this process bounds the rest:
+
+- memory: RLIMIT_AS (`PlanLimits.memory_bytes`): an allocation over it is a MemoryError, the line is `invalid`;
+- CPU per line: a profiling timer (`line_seconds`): a line over it is `invalid` with reason `template_timeout`;
+- CPU and wall time per job (`job_cpu_seconds`, `wall_seconds`): the planner is killed, the job not admitted;
+- a template that hits a limit on its first lines (`give_up_after` lines, none succeeded) is a bad template:
+  the job is `Admitted=False` with the limit it hit, instead of burning the limit on every line;
+- the process runs at a lower CPU priority (nice 10), so the operator's event loop always comes first.
+
+The parent streams input lines to the child (length-prefixed frames) and writes the rows the child returns
+into the ledger in chunks; input is read in a thread, so the operator's event loop never waits on storage.
+Run as `python -m barge.batch.planner` (the child side).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from barge.api.batchjob import LLMBatchJobSpec
+from barge.batch.bounded import bound
+from barge.batch.plan import RequestFactory, admit_line, invalid_row
+from barge.batch.render import PlanError, Renderer
+from barge.providers.encoding import encoder
+from barge.storage import OversizeLine
+
+if TYPE_CHECKING:
+    from barge.ledger import Ledger
+
+FRAME = struct.Struct("!QI")  # line number, length
+LIMIT_ERRORS = ("template_timeout", "resource_limit", "template_limit")
+
+
+@dataclass(frozen=True)
+class PlanLimits:
+    line_seconds: float = 2.0
+    """CPU seconds one line may take to render."""
+    job_cpu_seconds: int = 900
+    """CPU seconds the whole planning of one job may take."""
+    wall_seconds: float = 3600.0
+    """Wall-clock seconds the whole planning may take."""
+    memory_bytes: int = 2 * 1024 * 1024 * 1024
+    """Address space of the planner process."""
+    give_up_after: int = 3
+    """Lines hitting a limit, before any line succeeded, that make the template a bad one."""
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """What the child needs to know about the job (all of it JSON)."""
+
+    spec: dict[str, Any]
+    run_date: str
+    tenant: str
+    model: str
+    provider: str
+    """The adapter's name (anthropic, openai, azure-openai): requests are encoded as it sends them."""
+
+
+class LineTimeout(BaseException):
+    """Raised by the profiling timer inside a line's rendering (a BaseException: templates catch Exception)."""
+
+
+# --- the parent side ------------------------------------------------------------------------------------------
+def _take(
+    lines: Iterator[tuple[int, bytes]], max_bytes: int = 8 << 20, max_lines: int = 2000
+) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    size = 0
+    for item in islice(lines, max_lines):
+        out.append(item)
+        size += len(item[1])
+        if size >= max_bytes:
+            break
+    return out
+
+
+async def plan(
+    key: str,
+    job: PlanInput,
+    lines: Callable[[], Iterator[tuple[int, bytes]]],
+    ledger: Ledger,
+    limits: PlanLimits | None = None,
+) -> int:
+    """Plan the job into the ledger through a planner process; returns the number of rows (lines) written.
+    Raises PlanError when the template is bad or the planning passed its limits; input errors propagate."""
+    limits = limits or PlanLimits()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "barge.batch.planner",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=16 << 20,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    rows: list[dict[str, Any]] = []
+    written = 0
+    error = ""
+    reader: asyncio.Task[None] | None = None
+
+    def flush() -> None:
+        nonlocal written
+        if rows:
+            written += ledger.add_items(key, rows)
+            rows.clear()
+
+    async def feed() -> None:
+        header = {"job": asdict(job), "limits": asdict(limits)}
+        stdin.write(orjson.dumps(header) + b"\n")
+        source = lines()
+        while chunk := await asyncio.to_thread(_take, source):
+            for number, raw in chunk:
+                if isinstance(raw, OversizeLine):  # never sent: the parent knows the answer
+                    rows.append(invalid_row(number, "line_too_long", f"line of {raw.length} bytes is over the limit"))
+                    continue
+                stdin.write(FRAME.pack(number, len(raw)) + raw)
+            await stdin.drain()
+        stdin.close()
+
+    async def collect() -> None:
+        nonlocal error
+        while line := await stdout.readline():
+            row = orjson.loads(line)
+            if "plan_error" in row:
+                error = str(row["plan_error"])
+                return
+            rows.append(row)
+            if len(rows) >= 5000:
+                flush()
+
+    try:
+        async with asyncio.timeout(limits.wall_seconds):
+            reader = asyncio.create_task(collect())
+            # The child may stop reading (a bad template, a limit): its answer or exit code says why.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                await feed()
+            await reader
+            flush()
+            code = await proc.wait()
+    except TimeoutError:
+        raise PlanError(f"planning took longer than {limits.wall_seconds:.0f} s") from None
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if reader is not None and not reader.done():
+            reader.cancel()
+    if error:
+        raise PlanError(error)
+    if code != 0:
+        tail = (await stderr.read())[-2000:].decode(errors="replace").strip().splitlines()
+        why = {-signal.SIGXCPU: f"more than {limits.job_cpu_seconds} CPU seconds", -signal.SIGKILL: "killed"}.get(
+            code, f"exit code {code}"
+        )
+        raise PlanError(bound(f"planning stopped ({why}): {tail[-1] if tail else ''}", 500))
+    return written
+
+
+# --- the child side -------------------------------------------------------------------------------------------
+def _on_timer(_signum: int, _frame: Any) -> None:
+    raise LineTimeout
+
+
+def _read_exact(stream: Any, n: int) -> bytes:
+    data = stream.read(n)
+    return bytes(data) if data else b""
+
+
+def child(stdin: Any = None, stdout: Any = None) -> int:
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    header = orjson.loads(stdin.readline())
+    limits = PlanLimits(**header["limits"])
+    job = PlanInput(**header["job"])
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.job_cpu_seconds, limits.job_cpu_seconds + 5))
+    signal.signal(signal.SIGPROF, _on_timer)
+
+    def answer(row: dict[str, Any]) -> None:
+        stdout.write(orjson.dumps(row) + b"\n")
+
+    try:
+        spec = LLMBatchJobSpec.model_validate(job.spec)
+        renderer = Renderer(spec, job.run_date, job.tenant)
+        encode = encoder(job.provider)  # the adapters' own encoding, without importing an SDK
+    except (PlanError, ValueError) as exc:
+        answer({"plan_error": bound(str(exc))})
+        stdout.flush()
+        return 0
+    factory = RequestFactory(job.model, spec.request)
+    seen: set[str] = set()
+    limited = succeeded = 0
+    while head := _read_exact(stdin, FRAME.size):
+        number, length = FRAME.unpack(head)
+        raw = _read_exact(stdin, length)
+        try:
+            signal.setitimer(signal.ITIMER_PROF, limits.line_seconds)
+            row = admit_line(number, raw, renderer, factory, encode, seen)
+        except LineTimeout:
+            row = invalid_row(number, "template_timeout", f"rendering took over {limits.line_seconds} CPU seconds")
+        except MemoryError:
+            row = invalid_row(number, "resource_limit", "rendering needed more memory than the planner may use")
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+        hit = row["state"] == "invalid" and row["error_type"] in LIMIT_ERRORS
+        limited += hit
+        succeeded += row["state"] == "pending"
+        if hit and not succeeded and limited >= limits.give_up_after:
+            answer({"plan_error": bound(f"spec.request.template hits a limit on every line tried: {row['reason']}")})
+            break
+        answer(row)
+    stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child())

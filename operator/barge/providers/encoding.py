@@ -1,0 +1,69 @@
+"""How a request travels in each provider's batch file, without importing any SDK.
+
+Why apart from the adapters: the planner process (batch/planner.py) measures every request's encoded size to
+cut shards by bytes; importing an SDK there would cost seconds per job. The adapters encode with these same
+functions, so the measured size is the sent size. Barge's keys always win over `spec.request.params`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from barge.api.batchjob import RESERVED_PARAMS
+from barge.providers.base import Request
+
+CACHE_TTL = "1h"  # a shared system prefix outlives the default 5 minutes inside a long batch
+
+
+def anthropic_params(request: Request) -> dict[str, Any]:
+    system: Any = request.system
+    if request.system and request.cache_system:
+        system = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral", "ttl": CACHE_TTL}}]
+    body = {k: v for k, v in request.params.items() if k not in RESERVED_PARAMS}  # Barge's keys always win
+    body.update(
+        {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": [{"role": "user", "content": request.user}],
+        }
+    )
+    if request.system:
+        body["system"] = system
+    return body
+
+
+def openai_body(request: Request) -> dict[str, Any]:
+    messages = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})  # OpenAI caches long prefixes itself
+    messages.append({"role": "user", "content": request.user})
+    out = {k: v for k, v in request.params.items() if k not in RESERVED_PARAMS}  # Barge's keys always win
+    out.update({"model": request.model, "messages": messages, "max_completion_tokens": request.max_tokens})
+    return out
+
+
+def encode_anthropic(request: Request) -> bytes:
+    return orjson.dumps({"custom_id": request.custom_id, "params": anthropic_params(request)})
+
+
+def openai_encoder(url: str) -> Callable[[Request], bytes]:
+    def encode(request: Request) -> bytes:
+        line = {"custom_id": request.custom_id, "method": "POST", "url": url, "body": openai_body(request)}
+        return orjson.dumps(line)
+
+    return encode
+
+
+def encoder(kind: str) -> Callable[[Request], bytes]:
+    """The batch encoding of `kind` (anthropic, openai, azure-openai)."""
+    if kind == "anthropic":
+        return encode_anthropic
+    if kind in ("openai", "azure-openai"):
+        return openai_encoder(AZURE_URL if kind == "azure-openai" else OPENAI_URL)
+    raise ValueError(f"unknown provider type {kind!r}")
+
+
+OPENAI_URL, AZURE_URL = "/v1/chat/completions", "/chat/completions"

@@ -1,0 +1,146 @@
+"""What a job that brings trouble does to the shared operator: it ends in a visible state (a condition, an event,
+a counted reason) and never stalls other jobs. `barge operator` runs as a process against the real control plane.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import yaml
+from tools.localcluster import Cluster
+
+from barge.emulator.server import EmulatorThread
+from tests.e2e.conftest import Operator, wait_for
+from tests.e2e.test_operator import apply, job_manifest, phase_is, secret, status
+
+pytestmark = pytest.mark.cluster
+
+
+def conditions(cluster: Cluster, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status(cluster, namespace, name).get("conditions", [])}
+
+
+def events(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = cluster.run_kubectl(
+        "-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    )
+    return list(json.loads(out.stdout)["items"])
+
+
+def step_errors(operator: Operator, reason: str) -> float:
+    for line in operator.metrics().splitlines():
+        if line.startswith(f'barge_job_step_errors_total{{reason="{reason}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_bad_template_is_not_admitted_and_says_why(
+    cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
+) -> None:
+    secret(cluster, namespace)
+    doc = yaml.safe_load(job_manifest("badtpl", emulator.url, operator.workdir, n=10))
+    doc["spec"]["request"]["template"] = "{{ text "
+    apply(cluster, namespace, yaml.safe_dump(doc))
+
+    def refused() -> bool:
+        return conditions(cluster, namespace, "badtpl").get("Admitted", {}).get("reason") == "TemplateError"
+
+    wait_for(refused, 60, "Admitted=False TemplateError")
+    conds = conditions(cluster, namespace, "badtpl")
+    assert conds["Admitted"]["status"] == "False"
+    assert "does not compile" in conds["Admitted"]["message"]
+    assert conds["StepFailed"]["status"] == "True"
+    assert status(cluster, namespace, "badtpl")["phase"] == "Pending"
+    wait_for(lambda: any(e["reason"] == "TemplateError" for e in events(cluster, namespace, "badtpl")), 30, "event")
+    assert step_errors(operator, "TemplateError") >= 1
+
+
+def test_failing_steps_still_meet_the_deadline(
+    cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
+) -> None:
+    """Results can never be written (output outside the allowed roots): every step fails, visibly, and at the
+    deadline the job is Failed instead of retrying forever."""
+    secret(cluster, namespace)
+    deadline = (datetime.now(UTC) + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    doc = yaml.safe_load(job_manifest("nowhere", emulator.url, operator.workdir, n=20, deadline=deadline))
+    doc["spec"]["output"]["url"] = "file:///var/empty/not-allowed/"
+    apply(cluster, namespace, yaml.safe_dump(doc))
+    wait_for(lambda: conditions(cluster, namespace, "nowhere").get("StepFailed"), 60, "StepFailed")
+    assert conditions(cluster, namespace, "nowhere")["StepFailed"]["reason"] == "StorageError"
+    wait_for(phase_is(cluster, namespace, "nowhere", "Failed"), 90, "Failed at the deadline")
+    conds = conditions(cluster, namespace, "nowhere")
+    assert conds["Failed"]["reason"] == "DeadlinePassedWhileFailing"
+    assert "allowed file roots" in conds["Failed"]["message"]
+    assert conds["DeadlineExceeded"]["status"] == "True"
+    assert any(e["reason"] == "StorageError" and e["type"] == "Warning" for e in events(cluster, namespace, "nowhere"))
+
+
+class ProxyErrorPage(http.server.BaseHTTPRequestHandler):
+    """A broken proxy in front of the provider: every call gets a 40 KB HTML error page."""
+
+    PAGE = ("<html><body>" + "502 Bad Gateway: upstream unavailable. " * 1100 + "</body></html>").encode()
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(502)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(self.PAGE)))
+        self.end_headers()
+        self.wfile.write(self.PAGE)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_huge_error_page_is_bounded_in_status_and_events(cluster: Cluster, namespace: str, operator: Operator) -> None:
+    """The status patch used to fail on a copied 40 KB page (conditions cap messages at 32,768): it is cut."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ProxyErrorPage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        secret(cluster, namespace)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        apply(cluster, namespace, job_manifest("proxied", url, operator.workdir, n=5))
+        wait_for(lambda: conditions(cluster, namespace, "proxied").get("StepFailed"), 90, "StepFailed")
+        st = status(cluster, namespace, "proxied")
+        cond = conditions(cluster, namespace, "proxied")["StepFailed"]
+        assert cond["reason"] == "ProviderUnavailable"
+        assert "502" in cond["message"]
+        assert "truncated" in cond["message"]
+        assert len(cond["message"]) <= 1024
+        assert len(st["message"]) <= 1200
+        wait_for(lambda: events(cluster, namespace, "proxied"), 30, "events")
+        assert all(len(e["message"]) <= 1024 for e in events(cluster, namespace, "proxied"))
+    finally:
+        server.shutdown()
+
+
+def test_300_kib_spec_runs_and_stays_updatable(
+    cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
+) -> None:
+    """Kopf's diff-base annotation would copy this spec and break every later update (annotations <= 256 KiB)."""
+    secret(cluster, namespace)
+    doc = yaml.safe_load(job_manifest("bigspec", emulator.url, operator.workdir, n=10))
+    doc["spec"]["request"]["system"] = "Classify carefully. " * 12_000  # 240 KB
+    doc["spec"]["request"]["template"] = "{# " + "notes " * 12_000 + "#}{{ text }}"  # 72 KB
+    body = yaml.safe_dump(doc)
+    assert len(body) > 300 * 1024
+    cluster.run_kubectl("-n", namespace, "apply", "--server-side", "-f", "-", input=body)
+    wait_for(phase_is(cluster, namespace, "bigspec", "Succeeded"), 120, "Succeeded")
+    out = cluster.run_kubectl("-n", namespace, "get", "lbj", "bigspec", "-o", "json")
+    meta = json.loads(out.stdout)["metadata"]
+    annotations = meta.get("annotations") or {}
+    assert sum(len(k) + len(v) for k, v in annotations.items()) < 16 * 1024
+    # Kopf's own patch (finalizer + diff-base) used to be refused as too long: no finalizer, no cancel on delete.
+    assert "barge.dev/finalizer" in meta.get("finalizers", [])
+    assert "Too long" not in operator.output()
+    cluster.run_kubectl(
+        "-n", namespace, "patch", "lbj", "bigspec", "--type=merge", "-p", '{"spec":{"budget":{"maxCostUSD":"99"}}}'
+    )
+    cluster.run_kubectl("-n", namespace, "label", "lbj", "bigspec", "checked=yes")
