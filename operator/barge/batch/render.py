@@ -18,7 +18,7 @@ from jinja2.exceptions import SecurityError
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch.bounded import bound
-from barge.batch.sandbox import BoundedSandbox, Limits, render_bounded
+from barge.batch.sandbox import LIMIT_PREFIX, BoundedSandbox, Limits, render_bounded
 from barge.storage import MAX_LINE_BYTES, OversizeLine
 
 CUSTOM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -119,8 +119,9 @@ class Renderer:
             raise ItemError("template failed: recursion too deep", "template_limit") from exc
         except MemoryError as exc:
             raise ItemError("template failed: out of memory", "resource_limit") from exc
-        except SecurityError as exc:  # the sandbox refused (a limit, or an unsafe attribute)
-            raise ItemError(bound(f"template failed: {exc}", 300), "template_limit") from exc
+        except SecurityError as exc:  # the sandbox refused: one of its limits, or an unsafe attribute
+            kind = "template_limit" if str(exc).startswith(LIMIT_PREFIX) else "template_error"
+            raise ItemError(bound(f"template failed: {exc}", 300), kind) from exc
         except Exception as exc:  # anything a template can raise (1/0, bad filters, ...) is this line's fault
             raise ItemError(bound(f"template failed: {type(exc).__name__}: {exc}", 300), "template_error") from exc
         check_text(user, "rendered message")

@@ -23,8 +23,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 @dataclass(frozen=True)
 class Limits:
-    max_output: int = 1024 * 1024
-    """Characters a template may render for one line (a request over 1 MiB is refused anyway)."""
+    max_output: int = 4 * 1024 * 1024
+    """Characters a template may render for one line (as long as an input line may be; a request over 1 MiB
+    is then refused as `request_too_large`)."""
     max_value: int = 1024 * 1024
     """Length of any string or list an operator or method may build."""
     max_range: int = 10_000
@@ -33,6 +34,7 @@ class Limits:
     """Bits of an integer `*` or `**` may build."""
 
 
+LIMIT_PREFIX = "template limit:"
 _WIDTH = re.compile(r"(\d{7,})")  # a width or precision of a million or more, in a %-format or a format spec
 _GROWING = {"center", "ljust", "rjust", "zfill"}
 
@@ -55,7 +57,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             self.filters[name] = self._checked_filter(name, self.filters[name])
 
     def _too_big(self, what: str) -> SecurityError:
-        return SecurityError(f"template limit: {what}")
+        return SecurityError(f"{LIMIT_PREFIX} {what}")
 
     def _range(self, *args: int) -> range:
         values = range(*args)
@@ -154,6 +156,6 @@ def render_bounded(chunks: Iterator[str], max_output: int) -> str:
     for chunk in chunks:
         total += len(chunk)
         if total > max_output:
-            raise SecurityError(f"template limit: output over {max_output} characters")
+            raise SecurityError(f"{LIMIT_PREFIX} output over {max_output} characters")
         out.append(chunk)
     return "".join(out)
