@@ -394,6 +394,24 @@ def test_schema_refuses(helm: Path, tmp: Path, values: dict[str, Any], says: str
     assert says in refused(helm, tmp, values)
 
 
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
+def test_every_ci_scenario_renders_objects_the_api_server_accepts(
+    helm: Path, tmp: Path, cluster: localcluster.Cluster, namespace: str, values: Path
+) -> None:
+    """Server-side dry run of each scenario's render (types, enums, RBAC rules, PDB, NetworkPolicy ...), in a fresh
+    namespace that also stands in for the watched ones."""
+    scenario = yaml.safe_load(values.read_text()) or {}
+    if scenario.get("watch", {}).get("allNamespaces") is False:
+        scenario["watch"]["namespaces"] = [namespace]
+    out = _run(helm, "template", "barge", str(CHART), "--namespace", namespace, values=scenario, tmp=tmp)
+    assert out.returncode == 0, out.stderr
+    applied = cluster.run_kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", input=out.stdout, check=False
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert len(applied.stdout.splitlines()) == len([d for d in yaml.safe_load_all(out.stdout) if d])
+
+
 # --- HA on a real API server -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def bare_cluster() -> Iterator[localcluster.Cluster]:
