@@ -132,6 +132,8 @@ def test_values_table_lists_every_leaf_with_its_default() -> None:
     assert "| `a.b` | integer | `3` | B \\| bar |" in table
     assert "| `c` | list of string | `[]` | C. |" in table
     assert '| `d` | string (`""`, `x`) |  | D. |' in table
+    ruled = chart.values_table({**schema, "allOf": [{"description": "A needs B.", "if": {}, "then": {}}]}, {})
+    assert ruled.endswith("Rules across keys, also enforced by the schema:\n\n- A needs B.")
 
 
 #: Kubernetes' own types, validated by the API server: the schema names their fields but not their insides.

@@ -101,7 +101,8 @@ def values_table(schema: dict[str, Any], values: dict[str, Any]) -> str:
         rows.append(f"| `{'.'.join(path)}` | {_type(node)} | {_default(values, path)} | {description} |")
 
     walk(schema, [])
-    return "\n".join(rows)
+    rules = [f"- {clause['description']}" for clause in schema.get("allOf", []) if clause.get("description")]
+    return "\n".join(rows + (["", "Rules across keys, also enforced by the schema:", "", *rules] if rules else []))
 
 
 def replace_section(text: str, name: str, body: str) -> str:
