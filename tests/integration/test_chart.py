@@ -413,7 +413,7 @@ def test_every_ci_scenario_renders_objects_the_api_server_accepts(
 
 
 # --- HA on a real API server -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bare_cluster() -> Iterator[localcluster.Cluster]:
     """A control plane of its own with no CRDs yet: here Helm must create and own them (in the session's cluster
     the fixture has already applied crds/, which a release cannot adopt)."""
@@ -480,6 +480,22 @@ def test_install_manifests_are_the_fresh_default_render() -> None:
     }
     assert "CustomResourceDefinition" in kinds(docs)
     assert one(docs, "Deployment")["metadata"]["namespace"] == "barge-system"
+
+
+def test_install_manifests_apply_to_a_fresh_control_plane(bare_cluster: localcluster.Cluster) -> None:
+    """The README's command, for real, on a control plane with nothing installed; then again with -k (no change)."""
+    source = str(REPO / "manifests" / "install")
+    out = bare_cluster.run_kubectl("apply", "--server-side", "-f", source, check=False)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all((REPO / "manifests" / "install" / "barge.yaml").read_text()) if d]
+    assert len(out.stdout.splitlines()) == len(docs)
+    crds = [c["metadata"]["name"] for c in all_crds().values()]
+    bare_cluster.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}" for c in crds])
+    for kind, name in (("deployment", "barge"), ("serviceaccount", "barge"), ("pvc", "barge-ledger")):
+        bare_cluster.run_kubectl("-n", "barge-system", "get", kind, name)
+    again = bare_cluster.run_kubectl("apply", "--server-side", "-k", source, check=False)
+    assert again.returncode == 0, again.stderr
+    assert len(again.stdout.splitlines()) == len(docs), "kustomize sees the same objects"
 
 
 def test_install_manifests_are_accepted_by_the_api_server(
