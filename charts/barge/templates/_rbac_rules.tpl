@@ -3,13 +3,29 @@
 - apiGroups: ["barge.dev"]
   resources: [llmbatchjobs]
   verbs:
-    - list  # Kopf lists the handled objects when it starts watching
+    - list  # Kopf lists the handled objects when it starts watching; a schedule lists its runs by label
     - watch  # Kopf watches the handled objects
-    - patch  # Kopf's finalizer and its barge.dev/ progress annotations
+    - patch  # Kopf's finalizer and its barge.dev/ progress annotations; a schedule removes its run's hold
+    - create  # a schedule creates its run (named from the scheduled time: a second create is a 409)
+    - delete  # a schedule deletes its runs beyond successfulJobsHistoryLimit / failedJobsHistoryLimit
 - apiGroups: ["barge.dev"]
   resources: [llmbatchjobs/status]
   verbs:
     - patch  # write status (phase, counts, conditions, usage)
+- apiGroups: ["barge.dev"]
+  resources: [llmbatchschedules]
+  verbs:
+    - list  # Kopf lists the handled objects when it starts watching
+    - watch  # Kopf watches the handled objects
+    - patch  # Kopf's finalizer (its daemon per schedule) and barge.dev/ annotations
+- apiGroups: ["barge.dev"]
+  resources: [llmbatchschedules/status]
+  verbs:
+    - patch  # write status (last and next scheduled time, active runs, conditions)
+- apiGroups: ["barge.dev"]
+  resources: [llmbatchschedules/finalizers]
+  verbs:
+    - update  # runs' owner references set blockOwnerDeletion (OwnerReferencesPermissionEnforcement)
 - apiGroups: ["barge.dev"]
   resources: [inferencepools]
   verbs:

@@ -2,6 +2,7 @@
 
 from barge.api.batchjob import LLMBatchJob, LLMBatchJobSpec, LLMBatchJobStatus
 from barge.api.pool import InferencePool, InferencePoolSpec, InferencePoolStatus
+from barge.api.schedule import LLMBatchSchedule, LLMBatchScheduleSpec, LLMBatchScheduleStatus
 
 __all__ = [
     "InferencePool",
@@ -10,4 +11,7 @@ __all__ = [
     "LLMBatchJob",
     "LLMBatchJobSpec",
     "LLMBatchJobStatus",
+    "LLMBatchSchedule",
+    "LLMBatchScheduleSpec",
+    "LLMBatchScheduleStatus",
 ]

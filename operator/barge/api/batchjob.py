@@ -26,7 +26,9 @@ from barge.api.common import (
 )
 
 ProviderType = Literal["anthropic", "openai", "azure-openai", "pool"]
-Phase = Literal["Pending", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended"]
+Phase = Literal[
+    "Pending", "Queued", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended"
+]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed"})
 
 #: Placeholders a customId template may use; anything else is rejected before submission.

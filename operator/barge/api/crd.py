@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from barge.api.batchjob import LLMBatchJobSpec, LLMBatchJobStatus
 from barge.api.pool import InferencePoolSpec, InferencePoolStatus
+from barge.api.schedule import LLMBatchScheduleSpec, LLMBatchScheduleStatus
 
 GROUP = "barge.dev"
 VERSION = "v1alpha1"
@@ -216,9 +217,36 @@ def inferencepool_crd() -> dict[str, Any]:
     )
 
 
+def llmbatchschedule_crd() -> dict[str, Any]:
+    return _crd(
+        "LLMBatchSchedule",
+        "llmbatchschedules",
+        ["lbs"],
+        LLMBatchScheduleSpec,
+        LLMBatchScheduleStatus,
+        [
+            _col("Schedule", ".spec.schedule"),
+            _col("TimeZone", ".spec.timeZone"),
+            _col("Suspend", ".spec.suspend", "boolean"),
+            _col("Active", ".status.active", "integer"),
+            _col("Last", ".status.lastScheduleTime", "date", description="since the newest run's scheduled time"),
+            _col("Next", ".status.nextScheduleTime", description="the next scheduled time (UTC)"),
+            _col("Age", ".metadata.creationTimestamp", "date"),
+            _col("Policy", ".spec.concurrencyPolicy", priority=1),
+            _col("Held", ".status.held", "integer", priority=1),
+            _col("LastRun", ".status.lastRun.name", priority=1),
+            _col("LastPhase", ".status.lastRun.phase", priority=1),
+        ],
+        "LLMBatchSchedule creates an LLMBatchJob on a cron schedule in a time zone, like a CronJob creates Jobs, "
+        "with the run date and a local-time deadline taken from the scheduled time.",
+    )
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name -> CRD manifest."""
-    return {f"{c['metadata']['name']}.yaml": c for c in (llmbatchjob_crd(), inferencepool_crd())}
+    return {
+        f"{c['metadata']['name']}.yaml": c for c in (llmbatchjob_crd(), inferencepool_crd(), llmbatchschedule_crd())
+    }
 
 
 class _NoAliases(yaml.SafeDumper):

@@ -58,9 +58,30 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "barge.dev",
         ("llmbatchjobs",),
-        (*_KOPF_WATCH, ("patch", "Kopf's finalizer and its barge.dev/ progress annotations")),
+        (
+            ("list", "Kopf lists the handled objects when it starts watching; a schedule lists its runs by label"),
+            ("watch", "Kopf watches the handled objects"),
+            ("patch", "Kopf's finalizer and its barge.dev/ progress annotations; a schedule removes its run's hold"),
+            ("create", "a schedule creates its run (named from the scheduled time: a second create is a 409)"),
+            ("delete", "a schedule deletes its runs beyond successfulJobsHistoryLimit / failedJobsHistoryLimit"),
+        ),
     ),
     Rule("barge.dev", ("llmbatchjobs/status",), (("patch", "write status (phase, counts, conditions, usage)"),)),
+    Rule(
+        "barge.dev",
+        ("llmbatchschedules",),
+        (*_KOPF_WATCH, ("patch", "Kopf's finalizer (its daemon per schedule) and barge.dev/ annotations")),
+    ),
+    Rule(
+        "barge.dev",
+        ("llmbatchschedules/status",),
+        (("patch", "write status (last and next scheduled time, active runs, conditions)"),),
+    ),
+    Rule(
+        "barge.dev",
+        ("llmbatchschedules/finalizers",),
+        (("update", "runs' owner references set blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),),
+    ),
     Rule(
         "barge.dev",
         ("inferencepools",),

@@ -14,10 +14,17 @@ import kopf
 from barge.batch import prices
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
-from barge.operator import diffbase, jobs, metrics, pools
+from barge.operator import diffbase, jobs, metrics, pools, schedules
 from barge.operator.kube import Kube
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
+
+
+def _poster(body: kopf.Body) -> jobs.Poster:
+    def post(reason: str, message: str, kind: str) -> None:
+        kopf.event(body, type=kind, reason=reason, message=message[:1000])
+
+    return post
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
@@ -57,10 +64,11 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         when=lambda status, **_: jobs.is_running(status),
     )
     async def llmbatchjob(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any) -> None:
-        def post(reason: str, message: str, kind: str) -> None:
-            kopf.event(body, type=kind, reason=reason, message=message[:1000])
+        await jobs.run(memo["ctx"], body, stopped, _poster(body))
 
-        await jobs.run(memo["ctx"], body, stopped, post)
+    @on.daemon(GROUP, VERSION, schedules.PLURAL, registry=registry, initial_delay=0, cancellation_timeout=10)
+    async def llmbatchschedule(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any) -> None:
+        await schedules.run(memo["ctx"], body, stopped, _poster(body))
 
     @on.on.create(GROUP, VERSION, pools.PLURAL, registry=registry)
     @on.on.update(GROUP, VERSION, pools.PLURAL, registry=registry)

@@ -26,6 +26,7 @@ from barge.batch.bounded import bound
 from barge.batch.runner import EngineSettings, Job, JobRunner
 from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
+from barge.k8s import schedule
 from barge.k8s.pool import endpoint
 from barge.ledger import Ledger
 from barge.operator import faultstatus, metrics, pools
@@ -210,6 +211,13 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
     while not stopped:
         generation = int(body["metadata"].get("generation") or 0)
         interval = ctx.config.poll_seconds * random.uniform(0.8, 1.2)
+        held_by = (body["metadata"].get("annotations") or {}).get(schedule.HELD)
+        if held_by:  # a schedule's run waiting for the previous one to end (concurrencyPolicy Hold)
+            message = f"held by LLMBatchSchedule {held_by!r} until its previous run is terminal"
+            held = status_.admitted_false(current.get("conditions", []), "HeldBySchedule", message, generation)
+            current = await _write(ctx, meta, current, {**held, "phase": "Queued"})
+            await stopped.wait(interval)
+            continue
         try:
             spec = LLMBatchJobSpec.model_validate(dict(body["spec"]))
         except ValidationError as exc:

@@ -1,0 +1,104 @@
+"""The LLMBatchJob of one scheduled run, and the schedule's status, as dicts (pure builders).
+
+Why here: the run's manifest is what makes creation idempotent (its name), what makes Argo CD show runs as the
+schedule's children (the owner reference) and how a run learns it is held (an annotation the operator removes,
+since the operator never writes a job's spec).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from barge.batch.schedule import Decision, Planned, Run, rfc3339
+from barge.k8s.pool import inherited_labels
+
+SCHEDULE_LABEL = "barge.dev/schedule"
+SCHEDULED_AT = "barge.dev/scheduled-at"
+HELD = "barge.dev/held-by-schedule"
+"""Present on a run created while an earlier one was active (concurrencyPolicy Hold): the job stays Queued and
+submits nothing until the schedule removes it. Its value names the schedule."""
+URL_FIELDS = (("input", "url"), ("output", "url"))
+
+
+def owner_reference(schedule: dict[str, Any]) -> dict[str, Any]:
+    meta = schedule["metadata"]
+    return {
+        "apiVersion": "barge.dev/v1alpha1",
+        "kind": "LLMBatchSchedule",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_run(schedule: dict[str, Any], planned: Planned) -> dict[str, Any]:
+    """The LLMBatchJob of `planned`: the template with `{runDate}` filled in the URLs, runDate and deadline set."""
+    meta = schedule["metadata"]
+    template = schedule["spec"]["jobTemplate"]
+    tmeta = template.get("metadata") or {}
+    spec = copy.deepcopy(template["spec"])
+    for section, key in URL_FIELDS:
+        value = (spec.get(section) or {}).get(key)
+        if isinstance(value, str):
+            spec[section][key] = value.replace("{runDate}", planned.run_date)
+    spec["runDate"] = planned.run_date
+    if planned.deadline is not None:
+        spec["deadline"] = rfc3339(planned.deadline)
+    annotations = {**(tmeta.get("annotations") or {}), SCHEDULED_AT: rfc3339(planned.scheduled)}
+    if planned.held:
+        annotations[HELD] = meta["name"]
+    return {
+        "apiVersion": "barge.dev/v1alpha1",
+        "kind": "LLMBatchJob",
+        "metadata": {
+            "name": planned.name,
+            "namespace": meta["namespace"],
+            "labels": {**inherited_labels(tmeta.get("labels")), SCHEDULE_LABEL: meta["name"]},
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(schedule)],
+        },
+        "spec": spec,
+    }
+
+
+def owned_by(job: dict[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in job["metadata"].get("ownerReferences") or [])
+
+
+def build_status(
+    decision: Decision,
+    runs: list[Run],
+    old: dict[str, Any],
+    run_dates: dict[str, str],
+) -> dict[str, Any]:
+    """Status fields from the runs after the decision was carried out (without conditions)."""
+    active = sorted((r for r in runs if not r.terminal), key=lambda r: r.scheduled)
+    newest = max(runs, key=lambda r: r.scheduled, default=None)
+    succeeded = [r.completed or r.scheduled for r in runs if r.phase == "Succeeded"]
+    last_ok = max([t for t in (*succeeded,) if t is not None], default=None)
+    old_ok = old.get("lastSuccessfulTime")
+    held = [r for r in active if r.held]
+    status: dict[str, Any] = {
+        "active": len(active),
+        "activeJobs": [r.name for r in active],
+        "held": len(held),
+        "lastScheduleTime": rfc3339(newest.scheduled) if newest else old.get("lastScheduleTime"),
+        "lastSuccessfulTime": max(filter(None, (old_ok, rfc3339(last_ok) if last_ok else None)), default=None),
+        "nextScheduleTime": rfc3339(decision.next_time) if decision.next_time else None,
+        "lastConsideredTime": rfc3339(decision.considered) if decision.considered else old.get("lastConsideredTime"),
+        "lastRun": (
+            {"name": newest.name, "phase": newest.phase, "runDate": run_dates.get(newest.name, "")}
+            if newest
+            else old.get("lastRun")
+        ),
+    }
+    running = [r.name for r in active if not r.held]
+    parts = []
+    if running:
+        parts.append(f"running: {', '.join(running)}")
+    if held:
+        parts.append(f"held until the previous run ends: {', '.join(r.name for r in held)}")
+    status["message"] = "; ".join(parts) or "waiting for the next scheduled time"
+    return status
