@@ -84,6 +84,16 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     def seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         memo["ctx"].book.observe(event)
 
+    @on.on.event(
+        GROUP,
+        VERSION,
+        jobs.PLURAL,
+        registry=registry,
+        when=lambda body, status, **_: jobs.unobserved_terminal(body, status),
+    )
+    async def llmbatchjob_edited_after_end(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        await jobs.observe_generation(memo["ctx"], body)
+
     @on.on.delete(GROUP, VERSION, jobs.PLURAL, registry=registry, optional=False)
     async def llmbatchjob_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await jobs.cancel_on_delete(memo["ctx"], body)

@@ -346,5 +346,18 @@ async def cancel_on_delete(ctx: Context, body: Any) -> None:
         await provider.close()
 
 
+async def observe_generation(ctx: Context, body: Any) -> None:
+    """A terminal job whose spec was edited (e.g. Git restored a deadline): record the generation as observed."""
+    generation = int(body["metadata"].get("generation") or 0)
+    new = status_.observed(dict(body.get("status") or {}), generation)
+    await ctx.kube.patch_status(PLURAL, body["metadata"]["namespace"], body["metadata"]["name"], new)
+
+
+def unobserved_terminal(body: Any, status: dict[str, Any] | None) -> bool:
+    """Terminal (no daemon runs) and its observedGeneration is behind metadata.generation."""
+    generation = int(body["metadata"].get("generation") or 0)
+    return not is_running(status) and int((status or {}).get("observedGeneration") or 0) != generation
+
+
 def is_running(status: dict[str, Any] | None) -> bool:
     return (status or {}).get("phase") not in TERMINAL_PHASES

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from barge.api.pool import InferencePool
 from barge.k8s import pool as builders
 from barge.k8s import workers
+from barge.operator import kstatus
 from barge.operator import status as status_
 from barge.operator.kube import NotFound, Objects
 
@@ -267,10 +268,25 @@ def _status(
         "observedGeneration": generation,
         "readyReplicas": ready,
         "endpoint": endpoint,
-        "conditions": status_.merge_conditions(old.get("conditions", []), conds, generation, status_.now_rfc3339()),
+        # The domain readiness above is an input: the one `Ready` written is kstatus's (kstatus.py's table).
+        "conditions": status_.merge_conditions(
+            old.get("conditions", []),
+            [*(c for c in conds if c["type"] != "Ready"), *kstatus.pool_conditions(conds)],
+            generation,
+            status_.now_rfc3339(),
+        ),
     }
 
 
 def is_ready(pool_body: dict[str, Any] | None) -> bool:
-    conds = (pool_body or {}).get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    """Whether jobs can run on the pool now: an engine pool with a ready replica (kstatus may call a pool
+    scaled to zero Ready, and a degraded one not Ready), a provider pool whose Secret was found."""
+    body = pool_body or {}
+    status = body.get("status") or {}
+    by_type = {c.get("type"): c for c in status.get("conditions") or []}
+    stalled = by_type.get("Stalled", {})
+    if stalled.get("status") == "True" and stalled.get("reason") in ("InvalidSpec", "SecretNotFound"):
+        return False
+    if (body.get("spec") or {}).get("engine") is not None:
+        return int(status.get("readyReplicas") or 0) >= 1
+    return bool(by_type.get("Ready", {}).get("status") == "True" or stalled.get("reason") == "ScalingConflict")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from barge.batch.snapshot import Snapshot
+from barge.operator import kstatus
 
 
 def now_rfc3339() -> str:
@@ -32,11 +33,12 @@ def merge_conditions(
 def admitted_false(old: list[dict[str, Any]], reason: str, message: str, generation: int) -> dict[str, Any]:
     """Status of a job that cannot start yet (missing Secret, unreadable input)."""
     cond = {"type": "Admitted", "status": "False", "reason": reason, "message": message}
+    conds = [cond, *kstatus.job_conditions("Pending", [cond], message)]
     return {
         "phase": "Pending",
         "observedGeneration": generation,
         "message": message,
-        "conditions": merge_conditions(old, [cond], generation, now_rfc3339()),
+        "conditions": merge_conditions(old, conds, generation, now_rfc3339()),
     }
 
 
@@ -45,7 +47,12 @@ def from_snapshot(snap: Snapshot, old_status: dict[str, Any], generation: int) -
     return {
         "phase": snap.phase,
         "observedGeneration": generation,
-        "conditions": merge_conditions(old_status.get("conditions", []), snap.conditions, generation, now_rfc3339()),
+        "conditions": merge_conditions(
+            old_status.get("conditions", []),
+            [*snap.conditions, *kstatus.job_conditions(snap.phase, snap.conditions, snap.message)],
+            generation,
+            now_rfc3339(),
+        ),
         "counts": counts,
         "progress": f"{counts['succeeded']}/{counts['total']}",
         "batches": snap.batches,
@@ -55,6 +62,15 @@ def from_snapshot(snap: Snapshot, old_status: dict[str, Any], generation: int) -
         "resultsURL": snap.results_url,
         "message": snap.message,
     }
+
+
+def observed(old: dict[str, Any], generation: int) -> dict[str, Any]:
+    """A terminal job's status at a new generation: nothing more to do, but kstatus readers (kubectl wait,
+    Flux, helm --wait) need observedGeneration to catch up with the spec edit."""
+    conds = old.get("conditions") or []
+    ours = kstatus.job_conditions(str(old.get("phase") or ""), conds, str(old.get("message") or ""))
+    merged = merge_conditions(conds, ours, generation, now_rfc3339())
+    return {"observedGeneration": generation, "conditions": [{**c, "observedGeneration": generation} for c in merged]}
 
 
 def changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
