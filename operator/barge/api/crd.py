@@ -122,6 +122,9 @@ def _crd(
     spec_schema = model_schema(spec)
     status_schema = model_schema(status)
     status_schema.pop("required", None)  # the operator writes status piece by piece
+    # A new object gets `status.observedGeneration: 0` from the server, so kstatus readers (helm --wait, Flux,
+    # kubectl wait) see it as InProgress until the operator has observed it, not Current for want of a status.
+    status_schema["default"] = {}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
