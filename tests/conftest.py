@@ -57,7 +57,7 @@ def install_crds(cluster: localcluster.Cluster, *paths: Path) -> list[str]:
 def cluster() -> Iterator[localcluster.Cluster]:
     reuse = os.environ.get("BARGE_TEST_KUBECONFIG")
     if reuse:
-        running = localcluster.Cluster(Path(reuse).parent, "", Path(reuse), localcluster.build()["kubectl"])
+        running = localcluster.Cluster(Path(reuse).parent, "", Path(reuse), localcluster.build(argocd=False)["kubectl"])
         install_crds(running, REPO / "crds", *[p for p in REFERENCE_CRDS if p.exists()])
         yield running
         return

@@ -1,4 +1,4 @@
-"""A real, local Kubernetes control plane (etcd + kube-apiserver) on loopback, for tests and the demo; helm too.
+"""A real, local Kubernetes control plane (etcd + kube-apiserver) on loopback, for tests and the demo; helm, argocd.
 
 Why: an operator is only judged honestly by a real API server (structural schemas, CEL, server-side
 apply, RBAC). Docker does not run here and no binaries may be downloaded, so etcd, kube-apiserver and
@@ -37,6 +37,8 @@ from pathlib import Path
 K8S_VERSION = "1.34.4"
 ETCD_VERSION = "3.6.16"
 HELM_VERSION = "4.3.2"
+ARGOCD_VERSION = "3.6.1"
+ARGOCD_GOTOOLCHAIN = "go1.27.3"  # argo-cd v3.6 needs go >= 1.27; the toolchain comes from the module proxy
 
 TOOLS = Path(__file__).resolve().parent
 REPO = TOOLS.parent
@@ -67,38 +69,46 @@ def binaries() -> dict[str, Path]:
         "kubectl": k8s / "kubectl",
         "kube-controller-manager": k8s / "kube-controller-manager",
         "helm": _bin_dir("helm", HELM_VERSION) / "helm",
+        "argocd": _bin_dir("argocd", ARGOCD_VERSION) / "argocd",
     }
 
 
-def _go_build(module: str, out: Path, packages: list[str], ldflags: str = "") -> None:
-    if all((out / Path(p).name).exists() for p in packages):
+def _go_build(
+    module: str, out: Path, packages: list[str], ldflags: str = "", binary: str = "", toolchain: str = ""
+) -> None:
+    """Build packages of the wrapper module tools/<module> into out/ (one binary per package's last path
+    element, or the single package into out/<binary>), unless they are already there."""
+    names = [binary] if binary else [Path(p).name for p in packages]
+    if all((out / n).exists() for n in names):
         return
     CACHE.mkdir(parents=True, exist_ok=True)
     with (CACHE / f".{module}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # several test sessions may ask for the same build at once
-        if not all((out / Path(p).name).exists() for p in packages):
-            _go_build_locked(module, out, packages, ldflags)
+        if not all((out / n).exists() for n in names):
+            _go_build_locked(module, out, packages, ldflags, names, toolchain)
 
 
-def _go_build_locked(module: str, out: Path, packages: list[str], ldflags: str) -> None:
+def _go_build_locked(
+    module: str, out: Path, packages: list[str], ldflags: str, names: list[str], toolchain: str
+) -> None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     started = time.monotonic()
-    print(
-        f"building {', '.join(Path(p).name for p in packages)} from Go modules (first time only) ...",
-        flush=True,
-    )
+    print(f"building {', '.join(names)} from Go modules (first time only) ...", flush=True)
     flags = [f"-ldflags={ldflags}"] if ldflags else []
+    target = str(tmp / names[0]) if len(names) == 1 and names[0] != Path(packages[0]).name else str(tmp) + "/"
+    env = {**os.environ, "GOTOOLCHAIN": toolchain} if toolchain else None
     subprocess.run(
-        ["go", "build", "-trimpath", *flags, "-o", str(tmp) + "/", *packages], cwd=TOOLS / module, check=True
+        ["go", "build", "-trimpath", *flags, "-o", target, *packages], cwd=TOOLS / module, check=True, env=env
     )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     print(f"built {module} in {time.monotonic() - started:.0f}s -> {out}", flush=True)
 
 
-def build() -> dict[str, Path]:
+def build(argocd: bool = True) -> dict[str, Path]:
+    """Build (or reuse) every tool; `argocd=False` for callers that only need the control plane and helm."""
     bins = binaries()
     _go_build("etcd", bins["etcd"].parent, ["./cmd/etcd"])
     _go_build(
@@ -111,6 +121,18 @@ def build() -> dict[str, Path]:
         bins["helm"].parent,
         ["./cmd/helm"],
         ldflags=f"-X helm.sh/helm/v4/internal/version.version=v{HELM_VERSION}",
+    )
+    if not argocd:
+        return bins
+    # Upstream's single binary (its role comes from ARGOCD_BINARY_NAME): the CLI for offline health-check
+    # evaluation, and application-controller + repo-server for the GitOps e2e tests. ~2,300 packages.
+    _go_build(
+        "argocd",
+        bins["argocd"].parent,
+        ["github.com/argoproj/argo-cd/v3/cmd"],
+        ldflags=f"-X github.com/argoproj/argo-cd/v3/common.version={ARGOCD_VERSION}",
+        binary="argocd",
+        toolchain=ARGOCD_GOTOOLCHAIN,
     )
     return bins
 
@@ -202,7 +224,7 @@ def _write_kubeconfig(path: Path, server: str, token: str, ca: Path) -> None:
 
 def up(directory: Path = DEFAULT_DIR) -> Cluster:
     """Start etcd + kube-apiserver (or reuse the ones already running from this directory)."""
-    bins = build()
+    bins = build(argocd=False)
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     state = _state(directory)
@@ -344,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         bins = build()
         print(f"binaries ready in {time.monotonic() - started:.1f}s: " + " ".join(str(p) for p in bins.values()))
     elif opts.command == "kubectl-path":
-        print(build()["kubectl"])
+        print(build(argocd=False)["kubectl"])
     elif opts.command == "up":
         up(opts.dir)
     elif opts.command == "down":
