@@ -49,17 +49,19 @@ crds: venv ## Regenerate crds/, the chart's CRDs and RBAC rules, and the README'
 manifests: venv ## Render manifests/install/ from the chart (default values) with helm
 	$(PYTHON) tools/manifests.py
 
-lint: venv ## ruff, mypy --strict, import-linter layer contracts, generated files (CRDs, chart, manifests) up to date
-	$(VENV)/bin/ruff check operator tests tools bench
-	$(VENV)/bin/ruff format --check operator tests tools bench
+lint: venv ## ruff, mypy --strict, import-linter contracts, generated files (CRDs, chart, manifests, Argo CD patch) up to date
+	$(VENV)/bin/ruff check operator tests tools bench integrations
+	$(VENV)/bin/ruff format --check operator tests tools bench integrations
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict integrations/argocd/generate.py
 	$(VENV)/bin/lint-imports --no-cache
 	$(GENERATE) --check
 	$(PYTHON) tools/manifests.py --check
+	$(PY) integrations/argocd/generate.py --check
 
 fmt: venv ## Format the code with ruff
-	$(VENV)/bin/ruff format operator tests tools bench
-	$(VENV)/bin/ruff check --fix operator tests tools bench
+	$(VENV)/bin/ruff format operator tests tools bench integrations
+	$(VENV)/bin/ruff check --fix operator tests tools bench integrations
 
 ##@ Tests
 test: deps lint ## Lint, type-check and run every test (unit, contract, integration, e2e)
@@ -70,7 +72,7 @@ test-unit: venv ## Unit tests only (no cluster, no network)
 	$(PY) -m pytest -q tests/unit
 
 ##@ Local control plane (etcd + kube-apiserver built from Go modules)
-tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver and kubectl
+tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver, kubectl, helm and argocd
 	$(PYTHON) tools/localcluster.py build
 
 cluster-up: ## Start the local control plane; writes .barge/kubeconfig
