@@ -5,8 +5,8 @@ Every run checks that each phase is really reached (the kstatus condition Barge 
 verdict on the fresh object (`argocd` from make tools) has the STATUS health_test.yaml gives for that phase.
 With BARGE_CAPTURE_ARGOCD_TESTDATA=1 it also writes the objects to
 integrations/argocd/resource_customizations/barge.dev/<Kind>/testdata/<phase>.yaml (managedFields dropped):
-that is how the committed testdata were made. Their messages in health_test.yaml were then read off those
-files by a person, so the health test compares the Lua with an independent expectation."""
+that is how the committed testdata were made. The STATUS and MESSAGE of each health_test.yaml entry were then
+checked by hand against that file's counts, batches and conditions before being committed."""
 
 from __future__ import annotations
 
