@@ -231,11 +231,14 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
         stack = Stack(ns, operator_port, worker_port, int(vllm.url.rsplit(":", 1)[1]))
         prom_port = free_port()
         worker_target = {"namespace": ns, "pod": "ingest-mini-doc-ingest-worker-7d9c-abcde", "container": "worker"}
+        rules_file = workdir / "barge-rules.yaml"
+        rules_file.write_text(yaml.safe_dump(shipped_rules()))  # the chart's alerts, evaluated by this Prometheus
         config_file = workdir / "prometheus.yml"
         config_file.write_text(
             yaml.safe_dump(
                 {
                     "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(rules_file)],
                     "scrape_configs": [
                         {  # as the ServiceMonitor: job = the metrics Service, honorLabels
                             "job_name": OPERATOR_JOB,
@@ -346,6 +349,28 @@ def test_the_panels_show_the_real_numbers(stack: Stack) -> None:
     assert float(answered["value"][1]) == 5
     (dead,) = stack.query('sum(barge_worker_dead_lettered_total{reason="invalid"})')
     assert float(dead["value"][1]) == 1
+    # the emulator let about a fifth of the nightly job's requests expire; the ledger counted them per batch
+    (expired,) = stack.query(f'sum(barge_requests_expired_total{{namespace="{stack.namespace}"}})')
+    assert float(expired["value"][1]) > 0
+
+
+def test_the_shipped_alerts_evaluate_on_the_real_series(stack: Stack) -> None:
+    """Prometheus loads the chart's rules and evaluates them against the real scrapes: every rule healthy, the slow
+    job (one invalid line, nothing else finished: ratio 0 < 0.99) makes BargeJobSuccessRatioBelowSpec pending."""
+
+    def evaluated() -> dict[str, dict[str, Any]]:
+        body = json.loads(fetch(f"{stack.prometheus}/api/v1/rules?type=alert"))
+        rules = {r["name"]: r for g in body["data"]["groups"] for r in g["rules"]}
+        return rules if rules and all(r.get("lastEvaluation", "").startswith("20") for r in rules.values()) else {}
+
+    rules = wait_for(evaluated, 30, "the rules evaluated")
+    assert {name for name, r in rules.items() if r["health"] != "ok"} == set()
+    assert rules["BargeJobSuccessRatioBelowSpec"]["state"] == "pending"
+    (alert,) = rules["BargeJobSuccessRatioBelowSpec"]["alerts"]
+    assert alert["labels"]["namespace"] == stack.namespace
+    assert alert["labels"]["tenant"] == "claims-team"
+    for quiet in ("BargeJobFailed", "BargeOperatorAbsent", "BargeLedgerErrors", "BargePoolDegraded"):
+        assert rules[quiet]["state"] == "inactive", quiet
 
 
 def _labels_used(expr: str) -> set[str]:
