@@ -412,6 +412,26 @@ def test_every_ci_scenario_renders_objects_the_api_server_accepts(
     assert len(applied.stdout.splitlines()) == len([d for d in yaml.safe_load_all(out.stdout) if d])
 
 
+def test_the_operator_pod_passes_restricted_pod_security_admission(
+    helm: Path, tmp: Path, cluster: localcluster.Cluster, namespace: str
+) -> None:
+    """No kubelet or ReplicaSet controller runs here, so the Deployment's pod template is created as a Pod
+    (server-side dry run) in a namespace that enforces the restricted Pod Security Standard; a pod without the
+    chart's security context is refused there, so the admission is really on."""
+    cluster.run_kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    template = one(render(helm, tmp), "Deployment")["spec"]["template"]
+    metadata = {**template["metadata"], "name": "barge", "namespace": namespace}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+    ok = cluster.run_kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    assert ok.returncode == 0, ok.stderr
+    bare = json.loads(json.dumps(pod))
+    del bare["spec"]["securityContext"]
+    del bare["spec"]["containers"][0]["securityContext"]
+    refused_pod = cluster.run_kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(bare), check=False)
+    assert refused_pod.returncode != 0
+    assert "violates PodSecurity" in refused_pod.stderr
+
+
 # --- HA on a real API server -------------------------------------------------------------------------------------
 @pytest.fixture
 def bare_cluster() -> Iterator[localcluster.Cluster]:
