@@ -72,11 +72,11 @@ test-unit: venv ## Unit tests only (no cluster, no network)
 	$(PY) -m pytest -q tests/unit
 
 ##@ Local control plane (etcd + kube-apiserver built from Go modules)
-tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver, kubectl, helm and argocd
+tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver, kubectl, kube-controller-manager, helm, argocd
 	$(PYTHON) tools/localcluster.py build
 
-cluster-up: ## Start the local control plane; writes .barge/kubeconfig
-	$(PYTHON) tools/localcluster.py up --dir $(CLUSTER_DIR)
+cluster-up: ## Start the local control plane (CONTROLLERS=1: with kube-controller-manager); writes .barge/kubeconfig
+	$(PYTHON) tools/localcluster.py up --dir $(CLUSTER_DIR) $(if $(CONTROLLERS),--controllers)
 	@mkdir -p .barge && cp $(CLUSTER_DIR)/kubeconfig .barge/kubeconfig
 	@echo "export KUBECONFIG=$(CURDIR)/.barge/kubeconfig PATH=$$(dirname $$($(PYTHON) tools/localcluster.py kubectl-path)):\$$PATH"
 

@@ -1,16 +1,20 @@
 """A real, local Kubernetes control plane (etcd + kube-apiserver) on loopback, for tests and the demo; helm, argocd.
 
 Why: an operator is only judged honestly by a real API server (structural schemas, CEL, server-side
-apply, RBAC). Docker does not run here and no binaries may be downloaded, so etcd, kube-apiserver and
-kubectl are built from their Go modules (tools/etcd, tools/k8s), cached under ~/.cache/barge/bin keyed by
-version and by a hash of the wrapper module, and started as plain processes.
+apply, RBAC). Docker does not run here and no binaries may be downloaded, so etcd, kube-apiserver,
+kubectl, kube-controller-manager, helm and argocd are built from their Go modules (tools/etcd, tools/k8s,
+tools/helm, tools/argocd), cached under ~/.cache/barge/bin keyed by version and by a hash of the wrapper
+module, and started as plain processes.
 
-No controllers run: there is no garbage collector, no kubelet and no scheduler. Tests that need a
-Deployment to look ready patch its status themselves.
+kube-controller-manager is opt-in (`up(controllers=True)`, `up --controllers`): it runs the garbage
+collector, namespace deletion, Deployment -> ReplicaSet -> Pod, ServiceAccounts and kube-root-ca.crt
+(CONTROLLERS). Opt-in because it costs a process, and because its Deployment controller owns Deployment
+status: tests that make a Deployment look ready by patching its status need a control plane without it.
+There is never a kubelet or a scheduler: Pods stay Pending.
 
 Usage (stdlib only, so it runs before any virtualenv exists):
     python3 tools/localcluster.py build        # build or reuse the cached binaries
-    python3 tools/localcluster.py up [--dir D]  # start etcd + kube-apiserver, write D/kubeconfig
+    python3 tools/localcluster.py up [--dir D] [--controllers]  # etcd + kube-apiserver (+ controllers)
     python3 tools/localcluster.py down [--dir D]
     python3 tools/localcluster.py token NAMESPACE SERVICEACCOUNT   # mint a ServiceAccount token
 """
@@ -44,6 +48,19 @@ TOOLS = Path(__file__).resolve().parent
 REPO = TOOLS.parent
 CACHE = Path(os.environ.get("BARGE_CACHE", Path.home() / ".cache" / "barge")) / "bin"
 DEFAULT_DIR = REPO / ".barge" / "cluster"
+
+# The controllers that make a namespace, an owner, a Deployment and a PVC behave as on a cluster. Left out: anything
+# that needs a kubelet, a scheduler, a cloud or metrics (node lifecycle, HPA, PV binding, ...).
+CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "persistentvolumeclaim-protection-controller",  # PVCs carry its finalizer (admission adds it)
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+)
 
 ADMIN_TOKEN_NAME = "admin-token"  # noqa: S105 - file name under the state dir; the token itself is random per cluster
 
@@ -197,12 +214,12 @@ def _state(directory: Path) -> dict[str, object] | None:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
-def _healthy(server: str, token: str) -> bool:
+def _healthy(server: str, token: str, path: str = "/readyz") -> bool:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    headers = {"Authorization": f"Bearer {token}"}
-    req = urllib.request.Request(f"{server}/readyz", headers=headers)  # noqa: S310 - https on loopback only
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(f"{server}{path}", headers=headers)  # noqa: S310 - https on loopback only
     try:
         with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:  # noqa: S310 - https on loopback only
             return resp.status == 200
@@ -222,8 +239,43 @@ def _write_kubeconfig(path: Path, server: str, token: str, ca: Path) -> None:
     path.chmod(0o600)
 
 
-def up(directory: Path = DEFAULT_DIR) -> Cluster:
-    """Start etcd + kube-apiserver (or reuse the ones already running from this directory)."""
+def _start_controller_manager(directory: Path, bins: dict[str, Path]) -> None:
+    """Start kube-controller-manager (CONTROLLERS) against the running API server; record it for down()."""
+    pki = directory / "pki"
+    port = _free_port()
+    log = (directory / "kube-controller-manager.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            str(bins["kube-controller-manager"]),
+            f"--kubeconfig={directory / 'kubeconfig'}",
+            f"--controllers={','.join(CONTROLLERS)}",
+            "--leader-elect=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'apiserver.crt'}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={pki / 'controller-manager'}",
+            "--v=0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    state = _state(directory) or {}
+    state["pids"] = [proc.pid, *state.get("pids", [])]  # type: ignore[list-item]
+    state["controller_manager"] = f"https://127.0.0.1:{port}"
+    (directory / "state.json").write_text(json.dumps(state))
+    deadline = time.monotonic() + 60
+    while not _healthy(f"https://127.0.0.1:{port}", "", "/healthz"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            down(directory)
+            raise RuntimeError(f"kube-controller-manager did not start; see {directory}/kube-controller-manager.log")
+        time.sleep(0.25)
+
+
+def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False) -> Cluster:
+    """Start etcd + kube-apiserver, and kube-controller-manager with `controllers` (or reuse what already runs
+    from this directory, adding the controllers if asked)."""
     bins = build(argocd=False)
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -233,6 +285,8 @@ def up(directory: Path = DEFAULT_DIR) -> Cluster:
         token = (directory / ADMIN_TOKEN_NAME).read_text().strip()
         if all(_alive(p) for p in pids) and _healthy(str(state["server"]), token):
             print(f"control plane already running at {state['server']}", flush=True)
+            if controllers and "controller_manager" not in state:
+                _start_controller_manager(directory, bins)
             return Cluster(directory, str(state["server"]), directory / "kubeconfig", bins["kubectl"])
         down(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -328,16 +382,20 @@ def up(directory: Path = DEFAULT_DIR) -> Cluster:
             down(directory)
             raise RuntimeError(f"namespace default never appeared: {probe.stderr.strip()}")
         time.sleep(0.25)
+    if controllers:
+        _start_controller_manager(directory, bins)
     print(
         f"control plane up at {server} in {time.monotonic() - started:.1f}s "
-        f"(etcd {ETCD_VERSION}, kube-apiserver {K8S_VERSION}); KUBECONFIG={kubeconfig}",
+        f"(etcd {ETCD_VERSION}, kube-apiserver {K8S_VERSION}{', kube-controller-manager' if controllers else ''}); "
+        f"KUBECONFIG={kubeconfig}",
         flush=True,
     )
     return cluster
 
 
 def down(directory: Path = DEFAULT_DIR) -> None:
-    """Stop the processes this directory's state names, then remove the state (etcd data included)."""
+    """Stop the processes this directory's state names (kube-controller-manager first), then remove the state
+    (etcd data included)."""
     state = _state(directory)
     if state is not None:
         for pid in [int(p) for p in state["pids"]]:  # type: ignore[attr-defined]
@@ -360,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["build", "up", "down", "token", "kubectl-path"])
     parser.add_argument("args", nargs="*")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--controllers", action="store_true", help="also run kube-controller-manager (up)")
     opts = parser.parse_args(argv)
     if opts.command == "build":
         started = time.monotonic()
@@ -368,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     elif opts.command == "kubectl-path":
         print(build(argocd=False)["kubectl"])
     elif opts.command == "up":
-        up(opts.dir)
+        up(opts.dir, controllers=opts.controllers)
     elif opts.command == "down":
         down(opts.dir)
         print("control plane stopped")

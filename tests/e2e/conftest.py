@@ -3,6 +3,7 @@ same cluster would both act on every job), and a vLLM stand-in that engine pools
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -10,15 +11,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tools import localcluster
 from tools.localcluster import Cluster
 
 from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
+from tests.conftest import REFERENCE_CRDS, REPO, install_crds
 
 SECRET = "sk-e2e-DO-NOT-LEAK-4f1c9a"
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -31,18 +34,31 @@ def free_port() -> int:
 
 
 class Operator:
-    """`barge operator` in a subprocess; restartable, its output kept for the leak check."""
+    """`barge operator` in a subprocess; restartable, its output kept for the leak check. `args` and `env` replace
+    the defaults (watch everything, a SQLite ledger in `workdir`, the admin kubeconfig) where a test needs to."""
 
-    def __init__(self, cluster: Cluster, workdir: Path, pool_endpoint: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        workdir: Path,
+        pool_endpoint: str,
+        *,
+        args: Sequence[str] = ("--all-namespaces",),
+        env: Mapping[str, str] | None = None,
+        name: str = "operator",
+    ) -> None:
         self.cluster = cluster
         self.pool_endpoint = pool_endpoint
         self.workdir = workdir
+        self.args = list(args)
+        self.extra_env = dict(env or {})
+        self.name = name
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []
 
     def start(self) -> None:
-        log = self.workdir / f"operator-{len(self.logs)}.log"
+        log = self.workdir / f"{self.name}-{len(self.logs)}.log"
         self.logs.append(log)
         env = {
             **os.environ,
@@ -53,10 +69,11 @@ class Operator:
             "BARGE_MIN_BATCH_WINDOW": "0",
             "BARGE_MAX_SHARD_REQUESTS": "200",
             "BARGE_POOL_ENDPOINT_TEMPLATE": self.pool_endpoint,
+            **self.extra_env,
         }
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "barge.cli", "operator", "--all-namespaces", "--metrics-port", str(self.port)],
+                [sys.executable, "-m", "barge.cli", "operator", *self.args, "--metrics-port", str(self.port)],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -134,3 +151,21 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, vllm: E
     op.start()
     yield op
     op.stop()
+
+
+@contextlib.contextmanager
+def own_control_plane(directory: Path, *, controllers: bool = False, barge_crds: bool = True) -> Iterator[Cluster]:
+    """A control plane of one test module's own: for modules that run their own operators (which must never meet
+    the package's `operator`, which watches every namespace of the session's cluster) or need
+    kube-controller-manager (`controllers`), whose Deployment controller would undo the Deployment status other
+    modules patch by hand. The upstream CRDs, and with `barge_crds` Barge's (a Helm test installs its own), are
+    installed before the controllers start, so the garbage collector watches them from its first moment (CRDs
+    added later are picked up at its next 30 s discovery)."""
+    running = localcluster.up(directory)
+    try:
+        install_crds(running, *([REPO / "crds"] if barge_crds else []), *[p for p in REFERENCE_CRDS if p.exists()])
+        if controllers:
+            localcluster.up(directory, controllers=True)
+        yield running
+    finally:
+        localcluster.down(directory)
