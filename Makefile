@@ -33,7 +33,7 @@ venv: $(VENV)/.stamp ## Create .venv from the lock file (requirements.lock)
 $(VENV)/.stamp: requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv==0.13.9
-	$(VENV)/bin/uv pip sync --quiet --python $(PY) --require-hashes requirements.lock
+	$(VENV)/bin/uv pip sync --quiet --python $(PY) --require-hashes --compile-bytecode requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 

@@ -11,10 +11,20 @@ from barge.config import OperatorConfig
 from barge.operator.handlers import register
 
 
+def preload_providers() -> None:
+    """Import the provider SDKs now, before this replica joins the peering. Otherwise the first job step imports
+    them inside the event loop that also sends Kopf's keep-alives: seconds on a cold or busy machine (25 s was
+    seen here without bytecode), and a keep-alive more than 5-10 s late lets a standby resume beside this replica.
+    Standalone operators keep the lazy import (the anthropic SDK alone is ~90 MB of RSS)."""
+    from barge.providers import anthropic_provider, openai_provider  # noqa: F401
+
+
 def run(config: OperatorConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for chatty in ("httpx", "httpx2", "aiohttp.access"):  # one line per HTTP request drowns the useful ones
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    if config.peering is not None:
+        preload_providers()
     registry = kopf.OperatorRegistry()
     register(registry, config)
     settings = kopf.OperatorSettings()

@@ -1,0 +1,150 @@
+"""HA: two `barge operator` replicas with Kopf peering (`--peering`, priority `auto`) and one PostgreSQL ledger on
+the real control plane. The one with the higher priority works, the other pauses; `kill -9` of the worker mid-job
+hands the job to the other once the dead peer's keep-alive expires, and the job still ends with one provider batch
+per shard. Its own control plane: the package's operator would otherwise act on these jobs too."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from tools.localcluster import Cluster
+
+from barge.emulator.server import EmulatorThread
+from tests.conftest import kubectl_json, state
+from tests.e2e.conftest import Operator, own_control_plane, wait_for
+from tests.e2e.test_operator import apply, job_manifest, phase_is, secret
+
+pytestmark = pytest.mark.cluster
+
+PEERING = "barge"
+LIFETIME = 6  # seconds a keep-alive counts: the takeover delay after a kill -9 (production default: 30)
+
+
+def peering_crd() -> dict[str, Any]:
+    """Kopf's cluster-wide peering CRD (`kopf.dev/v1` ClusterKopfPeering), as in kopf's peering.yaml."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusterkopfpeerings.kopf.dev"},
+        "spec": {
+            "scope": "Cluster",
+            "group": "kopf.dev",
+            "names": {"kind": "ClusterKopfPeering", "plural": "clusterkopfpeerings", "singular": "clusterkopfpeering"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with own_control_plane(tmp_path_factory.mktemp("ha") / "cluster") as cluster:
+        cluster.run_kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(peering_crd()))
+        cluster.run_kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
+        peering = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": PEERING}}
+        cluster.run_kubectl("apply", "-f", "-", input=yaml.safe_dump(peering))
+        yield cluster
+
+
+@pytest.fixture
+def ledger_url(postgres_url: str) -> str:
+    """A database of this test's own in the session's PostgreSQL: both replicas share it, nothing else does."""
+    name = f"ha_{os.urandom(4).hex()}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # the name is ours: hex only
+    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture
+def replicas(ha_cluster: Cluster, tmp_path: Path, ledger_url: str) -> Iterator[dict[str, Operator]]:
+    ops = {
+        pod: Operator(
+            ha_cluster,
+            tmp_path,
+            "http://127.0.0.1:9/v1",
+            args=("--all-namespaces", "--peering", PEERING),
+            env={
+                "BARGE_LEDGER_URL": ledger_url,
+                "BARGE_PEERING_PRIORITY": "auto",
+                "BARGE_PEERING_LIFETIME": str(LIFETIME),
+                "POD_ID": pod,  # Kopf's peer identity
+                "POD_NAME": pod,
+            },
+            name=pod,
+        )
+        for pod in ("barge-a", "barge-b")
+    }
+    for op in ops.values():
+        op.start()
+    yield ops
+    for op in ops.values():
+        op.stop()
+
+
+def peers(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """The live records of the peering object: identity -> {priority, lastseen, lifetime}."""
+    body = kubectl_json(cluster, "get", "clusterkopfpeering", PEERING)
+    return dict(body.get("status") or {})  # type: ignore[call-overload]
+
+
+def working(op: Operator) -> bool:
+    """Kopf starts a peered operator paused and logs each change: it works when it last resumed."""
+    out = op.output()
+    return out.rfind("Resuming operations") > out.rfind("Pausing operations")
+
+
+def test_standby_takes_over_after_kill_9_with_one_batch_per_shard(
+    ha_cluster: Cluster,
+    replicas: dict[str, Operator],
+    start_emulator: Callable[..., EmulatorThread],
+) -> None:
+    cluster = ha_cluster
+    both = wait_for(lambda: len(p := peers(cluster)) == 2 and p, 30, "both replicas in the peering object")
+    priorities = {pod: int(record["priority"]) for pod, record in both.items()}
+    assert len(set(priorities.values())) == 2, f"`auto` gave two replicas one priority: {priorities}"
+    active = max(priorities, key=lambda pod: priorities[pod])
+    standby = min(priorities, key=lambda pod: priorities[pod])
+    wait_for(lambda: working(replicas[active]) and not working(replicas[standby]), 30, "only the higher one works")
+    settled = len(replicas[standby].output())
+
+    emu = start_emulator({"batch": {"processingSeconds": 4}})
+    ns = "ha"
+    cluster.run_kubectl("create", "namespace", ns)
+    secret(cluster, ns)
+    apply(cluster, ns, job_manifest("failover", emu.url, replicas[active].workdir, n=800))
+    wait_for(lambda: state(emu)["batches"], 60, "a first batch from the active replica")
+    replicas[active].kill()
+    assert "Resuming operations" not in replicas[standby].output()[settled:], "the standby resumed beside the active"
+    assert not phase_is(cluster, ns, "failover", "Succeeded")(), "killed before the job finished: mid-job"
+
+    killed = time.monotonic()
+    wait_for(lambda: working(replicas[standby]), 3 * LIFETIME, "the standby to take over")
+    print(f"takeover {time.monotonic() - killed:.1f}s after kill -9 (peering lifetime {LIFETIME}s)")
+    assert active not in peers(cluster), "the standby removed the dead peer's expired record"
+    wait_for(phase_is(cluster, ns, "failover", "Succeeded"), 120, "Succeeded on the standby")
+    batches = state(emu)["batches"]
+    seen: dict[str, int] = {}
+    for batch in batches:
+        for cid in batch["custom_ids"]:
+            seen[cid] = seen.get(cid, 0) + 1
+    assert len(seen) == 800
+    assert set(seen.values()) == {1}, "no item went to the provider twice"
+    assert len(batches) == 4, "800 items in shards of 200: exactly one batch per shard across the takeover"
