@@ -27,37 +27,10 @@ PEERING = "barge"
 LIFETIME = 6  # seconds a keep-alive counts: the takeover delay after a kill -9 (production default: 30)
 
 
-def peering_crd() -> dict[str, Any]:
-    """Kopf's cluster-wide peering CRD (`kopf.dev/v1` ClusterKopfPeering), as in kopf's peering.yaml."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "clusterkopfpeerings.kopf.dev"},
-        "spec": {
-            "scope": "Cluster",
-            "group": "kopf.dev",
-            "names": {"kind": "ClusterKopfPeering", "plural": "clusterkopfpeerings", "singular": "clusterkopfpeering"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with own_control_plane(tmp_path_factory.mktemp("ha") / "cluster") as cluster:
-        cluster.run_kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(peering_crd()))
+        # Kopf's peering CRDs are generated into crds/ (and the chart) by `make crds`: installed with Barge's.
         cluster.run_kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
         peering = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": PEERING}}
         cluster.run_kubectl("apply", "-f", "-", input=yaml.safe_dump(peering))
