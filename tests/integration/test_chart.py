@@ -233,7 +233,7 @@ def test_namespaced_watch_gets_a_role_per_namespace_and_only_the_cluster_minimum
         helm, tmp, {"watch": {"allNamespaces": False, "namespaces": ["team-a", "team-b"]}, "replicas": 2, **PG}
     )
     assert container(docs)["args"][:3] == ["operator", "--namespace=team-a", "--namespace=team-b"]
-    assert one(docs, "ClusterRole")["rules"] == build_rules("cluster")
+    assert one(docs, "ClusterRole")["rules"] == build_rules("cluster") + build_rules("cluster-namespaced")
     roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
     assert set(roles) == {"team-a", "team-b"}
     for role in roles.values():

@@ -83,6 +83,9 @@ def test_kopf_gets_what_it_needs() -> None:
         assert _verbs("barge.dev", f"{plural}/status") == {"patch"}
     assert _verbs("", "events") == {"create"}
     assert _verbs("apiextensions.k8s.io", "customresourcedefinitions") == {"list", "watch"}
+    assert build_rules("cluster-namespaced") == [  # a namespace list: Kopf lists and watches namespaces
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+    ]
     for plural in ("kopfpeerings", "clusterkopfpeerings"):
         assert _verbs("kopf.dev", plural) == {"get", "list", "watch", "patch"}
 
