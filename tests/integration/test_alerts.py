@@ -40,6 +40,7 @@ REQUIRED = {
     "BargeJobDeadlineAtRisk",
     "BargeBatchExpired",
     "BargeJobBudgetExceeded",
+    "BargeJobStepsFailing",
     "BargeLedgerErrors",
     "BargeOperatorAbsent",
     "BargePoolDegraded",
@@ -207,10 +208,22 @@ def cases(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             ("2m", fires("BargeJobBudgetExceeded", TENANT, "1")),
         ),
         case(
+            "BargeJobStepsFailing",
+            [
+                op("barge_job_conditions", "0 1 1 1 1 1 1 1 1 1 1 1 1 1", condition="StepFailed", **TENANT),
+                op("barge_job_conditions", "1 0 1 0 1 0 1 0 1 0 1 0 1 0", condition="StepFailed", **other),
+            ],
+            ("5m", []),  # pending; the other namespace's job recovers between failures
+            ("12m", fires("BargeJobStepsFailing", TENANT, "1")),
+        ),
+        case(
             "BargeLedgerErrors",
-            [op("barge_ledger_errors_total", "0 0 2 2 2 2 2 2 2 2 2 2 2 2 2 2")],
+            [
+                op("barge_job_step_errors_total", "0 0 2 2 2 2 2 2 2 2 2 2 2 2 2 2", reason="LedgerError"),
+                op("barge_job_step_errors_total", "0 5 9 9 9 9 9 9 9 9 9 9 9 9 9 9", reason="TemplateError"),
+            ],
             ("1m", []),
-            ("3m", fires("BargeLedgerErrors", OPERATOR, "2")),
+            ("3m", fires("BargeLedgerErrors", {**OPERATOR, "reason": "LedgerError"}, "2")),
             ("15m", []),  # no new errors in the last 10 minutes
         ),
         case(

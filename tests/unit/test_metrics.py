@@ -17,8 +17,6 @@ from barge.operator.jobs import Context
 from barge.operator.kube import Kube
 from barge.operator.metrics import BargeCollector, view_job
 
-NOW = datetime.now(UTC)
-
 
 def job(
     name: str, ns: str, phase: str, *, uid: str = "", conditions: tuple[str, ...] = (), **extra: Any
@@ -80,13 +78,14 @@ def test_jobs_by_phase_conditions_of_running_jobs_and_deletion(tmp_path: Path) -
 
 def test_deadline_and_ratio_describe_the_running_job_closest_to_trouble(tmp_path: Path) -> None:
     ctx = context(tmp_path)
-    started = (NOW - timedelta(hours=1)).isoformat()
+    now = datetime.now(UTC)  # not at import: the suite may run this minutes after collecting it
+    started = (now - timedelta(hours=1)).isoformat()
     # A: 5 h left, 900 of 1,000 remaining at 100 results an hour -> needs 9 h: at risk, ratio 100/100
     a = job(
         "a",
         "claims",
         "Running",
-        spec={"deadline": (NOW + timedelta(hours=5)).isoformat(), "successRatio": "0.99"},
+        spec={"deadline": (now + timedelta(hours=5)).isoformat(), "successRatio": "0.99"},
         counts={
             "total": 1000,
             "pending": 0,
@@ -103,7 +102,7 @@ def test_deadline_and_ratio_describe_the_running_job_closest_to_trouble(tmp_path
         "b",
         "claims",
         "Running",
-        spec={"deadline": (NOW + timedelta(hours=1)).isoformat(), "successRatio": "0.95"},
+        spec={"deadline": (now + timedelta(hours=1)).isoformat(), "successRatio": "0.95"},
         counts={"total": 100, "pending": 0, "submitted": 0, "succeeded": 90, "refused": 0, "invalid": 4, "failed": 6},
         startedAt=started,
     )
@@ -121,8 +120,9 @@ def test_deadline_and_ratio_describe_the_running_job_closest_to_trouble(tmp_path
 
 
 def test_remaining_work_before_any_result_is_the_batch_window() -> None:
-    view = view_job(job("x", "ns", "Running", counts={"pending": 10, "submitted": 5}, startedAt=NOW.isoformat()))
-    assert view.needed_seconds(NOW.timestamp() + 60, 3600.0) == 3600.0
+    now = datetime.now(UTC)
+    view = view_job(job("x", "ns", "Running", counts={"pending": 10, "submitted": 5}, startedAt=now.isoformat()))
+    assert view.needed_seconds(now.timestamp() + 60, 3600.0) == 3600.0
     assert view_job(job("y", "ns", "Running", counts={"succeeded": 3})).needed_seconds(0, 3600.0) == 0
 
 

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 PHASES = ("Pending", "Queued", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended")
 TERMINAL = ("Succeeded", "Failed")
 #: Conditions counted over running jobs (a terminal job is reported by its phase).
-JOB_CONDITIONS = ("Admitted", "DeadlineExceeded", "BudgetExceeded")
+JOB_CONDITIONS = ("Admitted", "DeadlineExceeded", "BudgetExceeded", "StepFailed")
+#: Step-fault reasons exported from the start (at 0), so an alert's increase() sees the first one.
+ALERTED_FAULTS = ("LedgerError", "InternalError")
 ITEM_STATES = ("total", "pending", "submitted", "succeeded", "refused", "invalid", "failed")
 POOL_CONDITIONS = ("Ready", "Available", "Degraded", "QuotaCapped", "ScalingConflict")
 KINDS = ("input", "output", "cache_read", "cache_write")
@@ -171,8 +173,8 @@ class BargeCollector(Collector):
         step_errors = CounterMetricFamily(
             "barge_job_step_errors", "Job steps that failed, by fault reason (see batch/faults.py)", labels=["reason"]
         )
-        for reason, n in sorted(self.ctx.step_errors.items()):
-            step_errors.add_metric([reason], n)
+        for reason in sorted({*ALERTED_FAULTS, *self.ctx.step_errors}):
+            step_errors.add_metric([reason], self.ctx.step_errors.get(reason, 0))
         yield step_errors
         yield from self._ledger(rows, now)
 
