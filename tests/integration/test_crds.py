@@ -50,7 +50,8 @@ def test_sample_applies_server_side(cluster: Cluster, namespace: str, path: Path
     assert out.returncode == 0, out.stderr
     for doc in yaml.safe_load_all(path.read_text()):
         got = kubectl_json(cluster, "get", doc["kind"].lower(), doc["metadata"]["name"], "-n", namespace)
-        assert got["spec"]["model" if doc["kind"] == "InferencePool" else "provider"]  # type: ignore[index]
+        field = {"InferencePool": "model", "LLMBatchSchedule": "schedule"}.get(doc["kind"], "provider")
+        assert got["spec"][field]  # type: ignore[index]
 
 
 @pytest.mark.cluster

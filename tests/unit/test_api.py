@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from barge.api import InferencePool, LLMBatchJob
+from barge.api import InferencePool, LLMBatchJob, LLMBatchSchedule
 from barge.api.crd import all_crds, render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,9 @@ def test_there_is_a_sample_per_provider_type_and_pool_kind() -> None:
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_samples_parse(path: Path) -> None:
     for doc in _docs(path):
-        model = {"LLMBatchJob": LLMBatchJob, "InferencePool": InferencePool}[doc["kind"]]
+        model = {"LLMBatchJob": LLMBatchJob, "InferencePool": InferencePool, "LLMBatchSchedule": LLMBatchSchedule}[
+            doc["kind"]
+        ]
         parsed = model.model_validate(doc)
         assert parsed.metadata["name"] == doc["metadata"]["name"]
 

@@ -4,10 +4,13 @@ run's manifest. A fixed clock everywhere; Europe/London changes on 2026-03-29 (2
 from __future__ import annotations
 
 import itertools
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from barge.api import LLMBatchSchedule
@@ -23,6 +26,8 @@ from barge.batch.schedule import (
     times_after,
     zone,
 )
+from barge.cli.demo_data import claims
+from barge.cli.schedule_plan import plan_any
 from barge.k8s.schedule import HELD, SCHEDULE_LABEL, SCHEDULED_AT, build_run
 
 LONDON = zone("Europe/London")
@@ -229,3 +234,31 @@ def test_a_very_long_outage_on_a_frequent_schedule_still_runs_the_latest_time() 
     assert d.create is not None
     assert d.create.scheduled == utc(2026, 6, 1, 6, 10)
     assert [x.message for x in d.skipped] == ["at least 100000 scheduled times before 2026-06-01T06:10:00Z were missed"]
+
+
+def test_barge_plan_of_a_schedule_lists_runs_across_dst_and_fits_80_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    (tmp_path / "claims-2026-03-27.jsonl").write_bytes(b"".join(line + b"\n" for line in claims(600)))
+    doc = schedule(deadline={"at": "06:00"}).model_dump(by_alias=True, exclude_none=True)
+    doc["metadata"] = {"name": "claims-nightly"}
+    doc["spec"]["jobTemplate"]["spec"]["input"]["url"] = "claims-{runDate}.jsonl"
+    doc["spec"]["jobTemplate"]["spec"]["output"]["url"] = "out/{runDate}/"
+    path = tmp_path / "schedule.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    plan_any(path, 3, now=utc(2026, 3, 27, 12))
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("2026-")]
+    assert rows[:3] == [
+        ["2026-03-27", "22:00", "GMT", "2026-03-27", "2026-03-28", "06:00", "GMT", "8.0", "h"],
+        ["2026-03-28", "22:00", "GMT", "2026-03-28", "2026-03-29", "06:00", "BST", "7.0", "h"],
+        ["2026-03-29", "22:00", "BST", "2026-03-29", "2026-03-30", "06:00", "BST", "8.0", "h"],
+    ]
+    assert f"the next is {run_name('claims-nightly', utc(2026, 3, 27, 22))}" in " ".join(out.split())
+    costs = re.findall(r"\$[0-9,]+\.[0-9]{2}\b", out)
+    assert len(costs) == 2, out
+    assert " 600 " in out
+    assert re.search(r"\b[0-9.]+k\b", out), "token counts are compact"

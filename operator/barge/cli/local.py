@@ -11,12 +11,14 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
 import typer
 import yaml
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -97,8 +99,27 @@ def api_key(kind: str) -> str:
     return key
 
 
+def compact(n: int) -> str:
+    """Token counts for a narrow table: 950, 12.3k, 4.6M."""
+    for limit, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if n >= limit:
+            return f"{n / limit:.1f}{suffix}"
+    return str(n)
+
+
+def cents(value: Decimal) -> str:
+    """USD to the cent; a cost that rounds to nothing but is not zero shows as <$0.01."""
+    if 0 < value < Decimal("0.005"):
+        return "<$0.01"
+    return f"${value.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):,}"
+
+
 def plan_command(manifest_path: Path) -> None:
-    manifest = load_manifest(manifest_path)
+    plan_job(load_manifest(manifest_path), manifest_path)
+
+
+def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
+    """Print the plan of one job; its tables fit an 80-column terminal."""
     job = build_job(manifest, manifest_path)
     spec = job.spec
     provider = make_provider(
@@ -123,28 +144,22 @@ def plan_command(manifest_path: Path) -> None:
     shards = list(planning.shards(valid, provider.max_requests, provider.max_bytes))
     usage = Usage(input_tokens=tokens, output_tokens=len(valid) * spec.request.max_tokens)
     out = Console()
-    summary = Table(title=f"plan: {manifest.metadata.get('name')} ({spec.provider.type}, {job.model})")
-    for col in (
-        "items",
-        "valid",
-        "invalid",
-        "shards",
-        "est. input tokens",
-        "max output tokens",
-        "batch cost (up to)",
-        "sync cost (up to)",
-    ):
-        summary.add_column(col, justify="right")
-    summary.add_row(
-        str(len(valid) + len(invalid)),
-        str(len(valid)),
-        str(len(invalid)),
-        str(len(shards)),
-        f"{tokens:,}",
-        f"{usage.output_tokens:,}",
-        f"${prices.money(table.cost(job.model, usage, batch=True))}",
-        f"${prices.money(table.cost(job.model, usage, batch=False))}",
+    summary = Table(
+        title=f"plan: {manifest.metadata.get('name')} ({spec.provider.type}, {job.model})", box=box.SIMPLE_HEAD
     )
+    for col in ("items", "valid", "invalid", "shards", "in tok", "out tok", "batch", "sync"):
+        summary.add_column(col, justify="right", no_wrap=True)
+    summary.add_row(
+        f"{len(valid) + len(invalid):,}",
+        f"{len(valid):,}",
+        f"{len(invalid):,}",
+        str(len(shards)),
+        compact(tokens),
+        compact(usage.output_tokens),
+        cents(table.cost(job.model, usage, batch=True)),
+        cents(table.cost(job.model, usage, batch=False)),
+    )
+    summary.caption = "in tok: estimated; out tok: maxTokens each; batch, sync: cost at most"
     out.print(summary)
     sizes = dict(valid)
     for n, shard in enumerate(shards):

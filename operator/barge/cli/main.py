@@ -14,7 +14,7 @@ import typer
 
 from barge import __version__
 from barge.batch.runner import EngineSettings
-from barge.cli import generate, local
+from barge.cli import generate, local, schedule_plan
 from barge.cli.demo_data import claims
 from barge.config import OperatorConfig, peering_priority
 from barge.emulator.profile import load_profile
@@ -78,9 +78,16 @@ def emulator(
 
 
 @app.command()
-def plan(manifest: Annotated[Path, typer.Argument(help="LLMBatchJob manifest (YAML).")]) -> None:
-    """Validate a job manifest and print shards, token and cost estimates and invalid lines; submits nothing."""
-    local.plan_command(manifest)
+def plan(
+    manifest: Annotated[Path, typer.Argument(help="LLMBatchJob or LLMBatchSchedule manifest (YAML).")],
+    runs: Annotated[int, typer.Option(help="LLMBatchSchedule: how many upcoming runs to list.", min=1)] = 5,
+) -> None:
+    """Validate a manifest and print its plan; submits nothing.
+
+    A job: shards, token and cost estimates and invalid lines. A schedule: its next runs with their run dates
+    and deadlines in its time zone, then the plan of the next run's job.
+    """
+    schedule_plan.plan_any(manifest, runs)
 
 
 @app.command()
