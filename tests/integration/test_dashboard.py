@@ -428,3 +428,10 @@ def test_the_monitoring_objects_are_accepted_by_the_api_server(cluster: Cluster)
         cluster, "apply", "--dry-run=server", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(d) for d in wanted)
     )
     assert out.count("(server dry run)") == len(wanted), out
+    workers = next(d for d in wanted if d["kind"] == "PodMonitor")
+    assert workers["spec"]["namespaceSelector"] == {"any": True}
+    namespaced = render_chart(
+        "metrics.serviceMonitor.enabled=true", "watch.allNamespaces=false", "watch.namespaces={team-a,team-b}"
+    )
+    workers = next(d for d in namespaced if d["kind"] == "PodMonitor")
+    assert workers["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}  # only the watched ones
