@@ -54,7 +54,7 @@ def helm() -> Path:
 def render(helm_binary: Path) -> dict[Path, str]:
     """File -> exact text."""
     out = subprocess.run(
-        [str(helm_binary), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
+        [str(helm_binary), "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"],
         check=True,
         capture_output=True,
         text=True,

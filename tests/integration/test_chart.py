@@ -62,7 +62,19 @@ def _run(
 
 
 def render(helm: Path, tmp: Path, values: dict[str, Any] | None = None, *args: str) -> list[dict[str, Any]]:
-    out = _run(helm, "template", "barge", str(CHART), "--namespace", "barge-system", *args, values=values, tmp=tmp)
+    """The chart as Argo CD renders it (with the chart's crds/ directory: Kopf's peering CRDs)."""
+    out = _run(
+        helm,
+        "template",
+        "barge",
+        str(CHART),
+        "--namespace",
+        "barge-system",
+        "--include-crds",
+        *args,
+        values=values,
+        tmp=tmp,
+    )
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -115,7 +127,8 @@ def test_defaults_render_the_operator_with_a_sqlite_ledger_on_a_kept_pvc(helm: P
         [
             "ClusterRole",
             "ClusterRoleBinding",
-            *["CustomResourceDefinition"] * len(all_crds()),  # Barge's own; Kopf's peering CRDs only with HA
+            *["CustomResourceDefinition"] * len(all_crds()),  # Barge's own, as templates
+            *["CustomResourceDefinition"] * len(peering_crds()),  # Kopf's, from the chart's crds/
             "Deployment",
             "PersistentVolumeClaim",
             "Service",
@@ -166,11 +179,18 @@ def test_restricted_pod_security_and_health_probes(helm: Path, tmp: Path) -> Non
     assert service["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
 
 
+def barge_crds(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == "CustomResourceDefinition" and d["spec"]["group"] == "barge.dev"]
+
+
 def test_chart_crds_are_the_generated_crds_and_kept(helm: Path, tmp: Path) -> None:
-    docs = [d for d in render(helm, tmp) if d["kind"] == "CustomResourceDefinition"]
+    everything = render(helm, tmp)
+    docs = barge_crds(everything)
     assert {d["metadata"]["name"]: d["spec"] for d in docs} == {
         c["metadata"]["name"]: c["spec"] for c in all_crds().values()
     }
+    kopf = {d["metadata"]["name"]: d for d in everything if d["kind"] == "CustomResourceDefinition" and d not in docs}
+    assert kopf == {c["metadata"]["name"]: c for c in peering_crds().values()}
     for d in docs:
         assert d["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "barge"
@@ -179,8 +199,8 @@ def test_chart_crds_are_the_generated_crds_and_kept(helm: Path, tmp: Path) -> No
 
 
 def test_crds_can_be_left_out_or_left_unkept(helm: Path, tmp: Path) -> None:
-    assert "CustomResourceDefinition" not in kinds(render(helm, tmp, {"crds": {"install": False}}))
-    unkept = [d for d in render(helm, tmp, {"crds": {"keep": False}}) if d["kind"] == "CustomResourceDefinition"]
+    assert barge_crds(render(helm, tmp, {"crds": {"install": False}})) == []
+    unkept = barge_crds(render(helm, tmp, {"crds": {"keep": False}}))
     assert len(unkept) == len(all_crds())
     assert all("annotations" not in d["metadata"] for d in unkept)
 
@@ -214,13 +234,10 @@ def test_ha_turns_on_peering_with_its_crds_rbac_object_and_a_pdb(helm: Path, tmp
     assert "--peering=barge" in container(docs)["args"]
     assert env(docs)["BARGE_PEERING_PRIORITY"] == "auto"
     assert env(docs)["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # what `auto` hashes
-    crds = {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
-    assert set(crds) == {c["metadata"]["name"] for c in {**all_crds(), **peering_crds()}.values()}
-    assert crds["clusterkopfpeerings.kopf.dev"]["spec"] == peering_crds()["clusterkopfpeerings.kopf.dev.yaml"]["spec"]
     peering = one(docs, "ClusterKopfPeering")
     assert peering["metadata"]["name"] == "barge"
-    # A hook: its CRD is created by this same release, and Helm maps ordinary objects before creating any.
-    assert peering["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    # An ordinary object of the release, never a hook: a hook is deleted and recreated empty on every upgrade.
+    assert "annotations" not in peering["metadata"]
     role = one(docs, "ClusterRole")
     assert build_rules("peering-cluster")[0] in role["rules"]
     assert build_rules("peering-watched")[0] not in role["rules"]
@@ -445,7 +462,7 @@ def bare_cluster() -> Iterator[localcluster.Cluster]:
             localcluster.down(Path(tmp) / "cluster")
 
 
-def test_ha_install_creates_kopf_peering_crds_and_object_and_uninstall_keeps_the_crds(
+def test_ha_install_creates_kopf_peering_crds_and_object_upgrade_keeps_it_uninstall_keeps_the_crds(
     helm: Path, bare_cluster: localcluster.Cluster
 ) -> None:
     def run_helm(*args: str) -> str:
@@ -464,12 +481,21 @@ def test_ha_install_creates_kopf_peering_crds_and_object_and_uninstall_keeps_the
         out = bare_cluster.run_kubectl("get", kind, *args, "-o", "name", check=False)
         return set(out.stdout.split())
 
-    # A first install: the peering CRD and the object of that CRD come in one release (the object is a hook).
+    # A first install: the peering CRD (chart crds/) and an object of that kind come in one release.
     run_helm("install", "barge", str(CHART), "--create-namespace", "--values", str(CHART / "ci" / "ha-values.yaml"))
     crds = [c["metadata"]["name"] for c in {**all_crds(), **peering_crds()}.values()]
     bare_cluster.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}" for c in crds])
     assert names("clusterkopfpeerings") == {"clusterkopfpeering.kopf.dev/barge"}
     assert names("poddisruptionbudgets", "-n", "barge-system") == {"poddisruptionbudget.policy/barge"}
+    # An upgrade leaves the peering object (and the peers the replicas wrote into it) alone.
+    uid = bare_cluster.run_kubectl("get", "clusterkopfpeering", "barge", "-o", "jsonpath={.metadata.uid}").stdout
+    bare_cluster.run_kubectl(
+        "patch", "clusterkopfpeering", "barge", "--type=merge", "-p", '{"status":{"peer-a":{"priority":7}}}'
+    )
+    run_helm("upgrade", "barge", str(CHART), "--reuse-values", "--set", "operator.pollSeconds=10")
+    after = json.loads(bare_cluster.run_kubectl("get", "clusterkopfpeering", "barge", "-o", "json").stdout)
+    assert after["metadata"]["uid"] == uid
+    assert after["status"] == {"peer-a": {"priority": 7}}
     # Switching to a namespace list: a KopfPeering (and a Role) in each watched namespace.
     bare_cluster.run_kubectl("create", "namespace", "team-a")
     run_helm(

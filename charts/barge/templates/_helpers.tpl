@@ -54,9 +54,3 @@ annotations:
   helm.sh/resource-policy: keep
 {{- end }}
 {{- end }}
-
-{{/* Annotations of the Kopf peering objects (see peering.yaml). */}}
-{{- define "barge.peeringHook" -}}
-helm.sh/hook: post-install,post-upgrade
-helm.sh/hook-delete-policy: before-hook-creation
-{{- end }}

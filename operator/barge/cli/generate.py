@@ -1,8 +1,13 @@
 """`barge crds`: write (or check) every file generated from barge.api and barge.k8s.rbac.
 
-Why one command: `crds/`, the chart's CRD templates and RBAC rules, and the README's values and RBAC tables
-all derive from the same Python sources; `make crds` writes them together and `make lint` runs the same
-command with `--check`, so none can go stale alone.
+Why one command: `crds/`, the chart's CRDs and RBAC rules, and the README's values and RBAC tables all derive
+from the same Python sources; `make crds` writes them together and `make lint` runs the same command with
+`--check`, so none can go stale alone.
+
+Barge's CRDs become chart templates (upgraded with the release, kept on uninstall). Kopf's peering CRDs go to
+the chart's `crds/` directory instead: Helm creates those before any template, so the peering object can be an
+ordinary object of the same release (a hook would be deleted and recreated empty on every upgrade, letting a
+paused replica resume), and it skips them when they exist, as they do wherever another Kopf operator runs.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ def generated_files(out: Path, chart: Path | None = None, readme: Path | None = 
     files = {out / name: render(crd) for name, crd in {**all_crds(), **peering_crds()}.items()}
     if chart is not None:
         files |= {chart / "templates" / "crds" / name: text for name, text in chart_.crd_templates().items()}
+        files |= {chart / "crds" / name: render(crd) for name, crd in peering_crds().items()}
         files[chart / "templates" / "_rbac_rules.tpl"] = chart_.rbac_helpers()
     if readme is not None:
         text = readme.read_text()
