@@ -37,13 +37,17 @@ def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
 
 
-@pytest.fixture
-def ledger_url(postgres_url: str) -> str:
-    """A database of this test's own in the session's PostgreSQL: both replicas share it, nothing else does."""
+def fresh_database(postgres_url: str) -> str:
+    """A database of its own in the session's PostgreSQL: the replicas share it, nothing else does."""
     name = f"ha_{os.urandom(4).hex()}"
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")  # the name is ours: hex only
     return postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture
+def ledger_url(postgres_url: str) -> str:
+    return fresh_database(postgres_url)
 
 
 @pytest.fixture

@@ -3,12 +3,14 @@ install` creates every object and Established CRDs; the operator, run as a local
 Deployment's Pod) with the chart's args and env and authenticated as the chart's ServiceAccount (a TokenRequest
 token), takes the claims-nightly sample to Succeeded, builds a pool's children and a worker's ScaledObject and
 deletes a job through its finalizer; what the role does not grant is refused with 403; `helm upgrade` to a
-namespaced watch takes effect (Roles instead of the cluster-wide grant, and the operator works with them); `helm
-uninstall` removes the operator's objects and keeps the CRDs and the users' jobs."""
+namespaced watch takes effect (Roles instead of the cluster-wide grant, and the operator works with them); an
+upgrade to two replicas on PostgreSQL peers them through the chart's KopfPeering under its RBAC (one works, one
+waits); `helm uninstall` removes the operator's objects and keeps the CRDs and the users' jobs. Tests run in file
+order: each step starts from the release the previous one left."""
 
 from __future__ import annotations
 
-import json
+import base64
 import ssl
 import subprocess
 import urllib.error
@@ -25,6 +27,7 @@ from tools.localcluster import Cluster
 from barge.emulator.server import EmulatorThread
 from tests.conftest import REPO, kubectl_json
 from tests.e2e.conftest import SECRET, Operator, own_control_plane, wait_for
+from tests.e2e.test_ha import fresh_database, working
 from tests.e2e.test_operator import apply, job_manifest, phase_is, secret
 from tests.e2e.test_pools import children
 
@@ -128,15 +131,29 @@ def server(cluster: Cluster) -> str:
 
 
 def chart_operator(cluster: Cluster, workdir: Path, vllm: EmulatorThread, name: str) -> Operator:
-    """`barge operator` with the Deployment's own args and env; only what points into the Pod is replaced (the
-    ledger's path on the Pod's volume, the metrics port) and the kubeconfig is the ServiceAccount's."""
+    """`barge operator` with the Deployment's own args and env, as the chart's ServiceAccount. Resolved as the
+    kubelet would: `secretKeyRef` from the Secret, `fieldRef: metadata.name` to `name` (the pod's name). Replaced,
+    because it points into the Pod: a SQLite ledger's path on the Pod's volume, and the metrics port."""
     container = deployment_container(cluster)
     assert container["args"][0] == "operator"
     args = [a for a in container["args"][1:] if not a.startswith("--metrics-port")]
-    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-    assert "valueFrom" not in json.dumps(container.get("env", [])), "a Secret-sourced env var this test cannot see"
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        source = var.get("valueFrom", {})
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        elif "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            data = kubectl_json(cluster, "-n", SYSTEM, "get", "secret", ref["name"])["data"]
+            env[var["name"]] = base64.b64decode(data[ref["key"]]).decode()  # type: ignore[index]
+        elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[var["name"]] = name
+        else:
+            raise AssertionError(f"an env var this test cannot resolve: {var}")
+    if not env["BARGE_LEDGER_URL"].startswith("postgresql://"):
+        env["BARGE_LEDGER_URL"] = str(workdir / f"{name}-ledger.db")
     kubeconfig, _ = sa_kubeconfig(cluster, workdir)
-    env |= {"KUBECONFIG": str(kubeconfig), "BARGE_LEDGER_URL": str(workdir / f"{name}-ledger.db")}
+    env["KUBECONFIG"] = str(kubeconfig)
     return Operator(cluster, workdir, f"{vllm.url}/v1", args=args, env=env, name=name)
 
 
@@ -267,6 +284,39 @@ def test_upgrade_to_a_namespaced_watch_takes_effect(
         namespaced.stop()
 
 
+def test_upgrade_to_two_replicas_peers_them_under_the_chart_rbac(
+    helm_cluster: Cluster, workdir: Path, vllm: EmulatorThread, emulator: EmulatorThread, postgres_url: str
+) -> None:
+    cluster = helm_cluster
+    url = fresh_database(postgres_url)
+    cluster.run_kubectl("-n", SYSTEM, "create", "secret", "generic", "barge-ledger", f"--from-literal=url={url}")
+    values = values_file(
+        workdir,
+        vllm,
+        replicas=2,
+        watch={"allNamespaces": False, "namespaces": [TEAM]},
+        ledger={"postgresql": {"enabled": True, "existingSecret": "barge-ledger"}},
+    )
+    helm(cluster, workdir, "upgrade", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(values))
+    kubectl_json(cluster, "-n", TEAM, "get", "kopfpeering", "barge")  # the chart made the peering object
+    pods = [chart_operator(cluster, workdir, vllm, f"barge-{n}") for n in ("x7k2p", "q9w4z")]
+    assert "--peering=barge" in pods[0].args
+    try:
+        for pod in pods:
+            pod.start()
+        wait_for(lambda: [working(p) for p in pods].count(True) == 1, 60, "one replica working, one paused")
+        peers = kubectl_json(cluster, "-n", TEAM, "get", "kopfpeering", "barge").get("status") or {}
+        assert len(peers) == 2, f"both replicas keep their record in the KopfPeering: {peers}"
+        apply(cluster, TEAM, job_manifest("two-replicas", emulator.url, workdir, n=100))
+        wait_for(phase_is(cluster, TEAM, "two-replicas", "Succeeded"), 120, "Succeeded with two replicas")
+        for pod in pods:
+            assert "forbidden" not in pod.output().lower()
+            assert "Possibly conflicting operators" not in pod.output()
+    finally:
+        for pod in pods:
+            pod.stop()
+
+
 def test_uninstall_keeps_the_crds_the_ledger_and_the_jobs(helm_cluster: Cluster, release: str, workdir: Path) -> None:
     cluster = helm_cluster
     docs = rendered(helm(cluster, workdir, "get", "manifest", RELEASE, "-n", SYSTEM).stdout)
@@ -286,6 +336,8 @@ def test_uninstall_keeps_the_crds_the_ledger_and_the_jobs(helm_cluster: Cluster,
         else:
             wait_for(gone, 60, f"{doc['kind']}/{meta['name']} to go with the release")
     assert "CustomResourceDefinition" in kept
+    # the SQLite ledger's PVC of the first install: kept when the upgrade to PostgreSQL dropped it, and now
+    kubectl_json(cluster, "-n", SYSTEM, "get", "pvc", f"{RELEASE}-ledger")
     jobs = kubectl_json(cluster, "-n", TEAM, "get", "lbj")["items"]
     nightly = next(j for j in jobs if j["metadata"]["name"] == "claims-nightly")  # type: ignore[union-attr]
     assert nightly["status"]["phase"] == "Succeeded"
