@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from datetime import time as dtime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
@@ -85,10 +87,36 @@ def test_hold_forbid_history_and_a_restart_across_a_scheduled_time(
     now = datetime.now(UTC)
     if now.second > 45:
         sleep_until(now.replace(second=0, microsecond=0) + timedelta(minutes=1, seconds=1))
+    # The nightly sample as shipped: its nextScheduleTime is the next 22:00 in London, in UTC.
+    cluster.run_kubectl(
+        "-n", namespace, "apply", "-f", str(REPO / "manifests/samples/llmbatchschedule-claims-nightly.yaml")
+    )
+    london = ZoneInfo("Europe/London")
+    local_now = datetime.now(london)
+    expected = datetime.combine(local_now.date(), dtime(22, 0), tzinfo=london)
+    if expected <= local_now:
+        expected = datetime.combine(local_now.date() + timedelta(days=1), dtime(22, 0), tzinfo=london)
+
+    def nightly_next() -> str:
+        return str(
+            (kubectl_json(cluster, "-n", namespace, "get", "lbs", "claims-nightly").get("status") or {}).get(
+                "nextScheduleTime"
+            )
+            or ""
+        )
+
+    assert wait_for(nightly_next, 30, "nextScheduleTime") == expected.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.run_kubectl(
+        "-n", namespace, "patch", "lbs", "claims-nightly", "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
     for name, extra in (("held", {"successfulJobsHistoryLimit": 1}), ("forbid", {"concurrencyPolicy": "Forbid"})):
         cluster.run_kubectl(
             "-n", namespace, "apply", "-f", "-", input=schedule_manifest(name, slow.url, operator.workdir, **extra)
         )
+    # A template the schedule's schema accepts but the API server refuses for the run (a label value with spaces).
+    bad = yaml.safe_load(schedule_manifest("rejected", slow.url, operator.workdir))
+    bad["spec"]["jobTemplate"]["metadata"]["labels"]["team"] = "not a label value"
+    cluster.run_kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(bad))
 
     # The first run of each, at the next minute, named from its scheduled time, owned by the schedule.
     first = wait_for(lambda: list(runs(cluster, namespace, "held").values()), 75, "the first run")[0]
@@ -121,13 +149,21 @@ def test_hold_forbid_history_and_a_restart_across_a_scheduled_time(
     assert run_name("forbid", t2) not in runs(cluster, namespace, "forbid")
     assert any(e["reason"] == "ForbiddenConcurrent" for e in events(cluster, namespace, "forbid"))
 
+    # The refused run: the schedule is Stalled with the API server's reason, and nothing was created.
+    rejected = kubectl_json(cluster, "-n", namespace, "get", "lbs", "rejected")["status"]
+    stalled = {c["type"]: c for c in rejected["conditions"]}["Stalled"]  # type: ignore[index]
+    assert (stalled["status"], stalled["reason"]) == ("True", "RunRejected")
+    assert "metadata.labels" in stalled["message"]
+    assert runs(cluster, namespace, "rejected") == {}
+    assert any(e["reason"] == "RunRejected" for e in events(cluster, namespace, "rejected"))
+
     # The first run ends, then the held one starts and succeeds; history keeps one successful run.
     wait_for(lambda: phase(runs(cluster, namespace, "held").get(first["metadata"]["name"])) == "Succeeded", 120, "1st")
     wait_for(lambda: phase(runs(cluster, namespace, "held").get(second_name)) == "Running", 30, "second run started")
     assert "barge.dev/held-by-schedule" not in runs(cluster, namespace, "held")[second_name]["metadata"]["annotations"]
     wait_for(lambda: phase(runs(cluster, namespace, "held").get(second_name)) == "Succeeded", 120, "second run done")
     wait_for(lambda: first["metadata"]["name"] not in runs(cluster, namespace, "held"), 30, "the first run deleted")
-    for name in ("held", "forbid"):
+    for name in ("held", "forbid", "rejected"):
         cluster.run_kubectl("-n", namespace, "patch", "lbs", name, "--type=merge", "-p", '{"spec":{"suspend":true}}')
 
     st = kubectl_json(cluster, "-n", namespace, "get", "lbs", "held")["status"]

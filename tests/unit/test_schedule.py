@@ -29,6 +29,7 @@ from barge.batch.schedule import (
 from barge.cli.demo_data import claims
 from barge.cli.schedule_plan import plan_any
 from barge.k8s.schedule import HELD, SCHEDULE_LABEL, SCHEDULED_AT, build_run
+from barge.operator import kstatus
 
 LONDON = zone("Europe/London")
 
@@ -262,3 +263,14 @@ def test_barge_plan_of_a_schedule_lists_runs_across_dst_and_fits_80_columns(
     assert len(costs) == 2, out
     assert " 600 " in out
     assert re.search(r"\b[0-9.]+k\b", out), "token counts are compact"
+
+
+def test_schedule_kstatus_ready_unless_stalled() -> None:
+    ready = {c["type"]: c for c in kstatus.schedule_conditions(None, "waiting", suspended=False)}
+    assert (ready["Ready"]["status"], ready["Ready"]["reason"]) == ("True", "Scheduled")
+    assert {ready["Reconciling"]["status"], ready["Stalled"]["status"]} == {"False"}
+    stalled = {c["type"]: c for c in kstatus.schedule_conditions("RunRejected", "refused", suspended=True)}
+    assert (stalled["Stalled"]["status"], stalled["Stalled"]["reason"]) == ("True", "RunRejected")
+    assert (stalled["Ready"]["status"], stalled["Ready"]["message"]) == ("False", "refused")
+    suspended = {c["type"]: c for c in kstatus.schedule_conditions(None, "", suspended=True)}
+    assert suspended["Ready"]["reason"] == "Suspended"

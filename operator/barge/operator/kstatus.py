@@ -44,6 +44,19 @@ InferencePool (first matching row wins):
 
 A pool scaled to zero is Ready for kstatus and Healthy for Argo CD: zero replicas is its steady state until
 work arrives, and a wave or `helm --wait` that waited for replicas would deadlock against the jobs that wake it.
+
+LLMBatchSchedule:
+
+| domain state                                                          | True condition, reason            |
+| --------------------------------------------------------------------- | --------------------------------- |
+| the spec fails validation                                             | Stalled `InvalidSpec`             |
+| the cron expression, the zone or the name cannot work                 | Stalled `InvalidSchedule`         |
+| the API server refuses a run built from the template                  | Stalled `RunRejected`             |
+| `spec.suspend: true`                                                  | Ready `Suspended`                 |
+| otherwise                                                             | Ready `Scheduled`                 |
+
+A schedule's steady state is waiting for its next time, whatever its runs are doing (each run has its own
+conditions), so a schedule with a run in flight is still Ready: a sync wave must not wait for a night's work.
 """
 
 from __future__ import annotations
@@ -99,6 +112,13 @@ def job_conditions(phase: str, conditions: Iterable[Mapping[str, str]], message:
     if phase == "Pending" and admitted.get("status") == "False":
         return _three("Reconciling", str(admitted.get("reason") or "Pending"), message)
     return _three("Reconciling", phase or "Pending", message)
+
+
+def schedule_conditions(problem: str | None, message: str, suspended: bool) -> list[Condition]:
+    """Ready / Reconciling / Stalled of an LLMBatchSchedule (table above); `problem` is the Stalled reason."""
+    if problem:
+        return _three("Stalled", problem, message)
+    return _three("Ready", "Suspended" if suspended else "Scheduled", message)
 
 
 def pool_conditions(conditions: Iterable[Mapping[str, str]]) -> list[Condition]:

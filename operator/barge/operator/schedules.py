@@ -10,6 +10,7 @@ the schedule's spec, and never a run's spec either (the hold is an annotation).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from barge.api.schedule import LLMBatchScheduleSpec
 from barge.batch.schedule import Decision, Run, ScheduleError, decide, parse_time, rfc3339
 from barge.k8s.schedule import HELD, SCHEDULE_LABEL, SCHEDULED_AT, build_run, build_status, owned_by
+from barge.operator import kstatus
 from barge.operator import status as status_
 from barge.operator.jobs import Context
 from barge.operator.kube import GROUP, VERSION
@@ -30,21 +32,6 @@ log = logging.getLogger("barge.operator")
 PLURAL = "llmbatchschedules"
 JOBS = "llmbatchjobs"
 Poster = Callable[[str, str, str], None]
-
-
-def _three(state: str, reason: str, message: str) -> list[dict[str, str]]:
-    """kstatus: exactly one of Ready, Reconciling, Stalled is True."""
-
-    def cond(type_: str, none: str) -> dict[str, str]:
-        on = state == type_
-        return {
-            "type": type_,
-            "status": "True" if on else "False",
-            "reason": reason if on or type_ == "Ready" else none,
-            "message": message if on or type_ == "Ready" else "",
-        }
-
-    return [cond("Ready", ""), cond("Reconciling", "NotReconciling"), cond("Stalled", "NotStalled")]
 
 
 def to_run(job: dict[str, Any]) -> Run:
@@ -59,6 +46,10 @@ def to_run(job: dict[str, Any]) -> Run:
         held=HELD in annotations,
         completed=parse_time(status.get("completedAt")),
     )
+
+
+class RunRejected(Exception):
+    """The API server refused a run built from the template (a CEL rule, a quota, RBAC): the schedule stalls."""
 
 
 class Runs:
@@ -84,19 +75,25 @@ class Runs:
         except ApiException as exc:
             if exc.status == 409:
                 return False
+            if exc.status in (400, 403, 422):
+                raise RunRejected(f"the API server refused run {manifest['metadata']['name']}: {_reason(exc)}") from exc
             raise
         return True
 
     async def release(self, name: str) -> None:
-        await (await self._api()).patch_namespaced_custom_object(  # type: ignore[call-arg]  # via **kwargs
-            GROUP,
-            VERSION,
-            self.namespace,
-            JOBS,
-            name,
-            {"metadata": {"annotations": {HELD: None}}},
-            _content_type="application/merge-patch+json",
-        )
+        try:
+            await (await self._api()).patch_namespaced_custom_object(  # type: ignore[call-arg]  # via **kwargs
+                GROUP,
+                VERSION,
+                self.namespace,
+                JOBS,
+                name,
+                {"metadata": {"annotations": {HELD: None}}},
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing left to release
+                raise
 
     async def delete(self, name: str) -> None:
         try:
@@ -108,6 +105,15 @@ class Runs:
                 raise
 
 
+def _reason(exc: ApiException) -> str:
+    """The API server's message for a refused create, bounded (it quotes the template back)."""
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        message = str(exc.reason)
+    return message if len(message) <= 1000 else message[:1000] + " [truncated]"
+
+
 async def _write(ctx: Context, meta: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     if status_.changed(old, new):
         await ctx.kube.patch_status(PLURAL, meta["namespace"], meta["name"], new)
@@ -116,7 +122,10 @@ async def _write(ctx: Context, meta: dict[str, Any], old: dict[str, Any], new: d
 
 def _stalled(old: dict[str, Any], reason: str, message: str, generation: int) -> dict[str, Any]:
     conds = status_.merge_conditions(
-        old.get("conditions", []), _three("Stalled", reason, message), generation, status_.now_rfc3339()
+        old.get("conditions", []),
+        kstatus.schedule_conditions(reason, message, False),
+        generation,
+        status_.now_rfc3339(),
     )
     return {"observedGeneration": generation, "conditions": conds, "message": message, "nextScheduleTime": None}
 
@@ -126,9 +135,14 @@ async def carry_out(
 ) -> tuple[list[Run], dict[str, str]]:
     """Apply a decision; returns the runs as they now are and each new run's date."""
     dates: dict[str, str] = {}
-    for skip in decision.skipped:
-        post(skip.reason, skip.message, "Warning")
-    if decision.create is not None:
+    for name in decision.release:
+        await runs_api.release(name)
+        post("RunReleased", f"{name} may start: every earlier run is terminal", "Normal")
+    runs = [Run(r.name, r.scheduled, r.phase, False, r.completed) if r.name in decision.release else r for r in runs]
+    for name in decision.delete:
+        await runs_api.delete(name)
+        post("RunDeleted", f"deleted {name}: beyond the history limit", "Normal")
+    if decision.create is not None:  # last: a refused run (RunRejected) must not stop releases and deletions
         plan = decision.create
         made = await runs_api.create(build_run(body, plan))
         held = " (held until the previous run is terminal)" if plan.held else ""
@@ -143,13 +157,8 @@ async def carry_out(
             post("RunExists", f"{plan.name} already exists (created by an earlier pass or another replica)", "Normal")
         dates[plan.name] = plan.run_date
         runs = [*runs, Run(plan.name, plan.scheduled, "Pending", plan.held)]
-    for name in decision.release:
-        await runs_api.release(name)
-        post("RunReleased", f"{name} may start: every earlier run is terminal", "Normal")
-    runs = [Run(r.name, r.scheduled, r.phase, False, r.completed) if r.name in decision.release else r for r in runs]
-    for name in decision.delete:
-        await runs_api.delete(name)
-        post("RunDeleted", f"deleted {name}: beyond the history limit", "Normal")
+    for skip in decision.skipped:  # after the create: a refused run is retried next pass, and so are these
+        post(skip.reason, skip.message, "Warning")
     return [r for r in runs if r.name not in decision.delete], dates
 
 
@@ -177,12 +186,21 @@ async def reconcile(
         decision = decide(meta["name"], spec, created, parse_time(old.get("lastConsideredTime")), runs, now)
     except ScheduleError as exc:
         return await _write(ctx, meta, old, _stalled(old, "InvalidSchedule", str(exc), generation)), None
-    runs, new_dates = await carry_out(runs_api, plain, decision, runs, post)
+    try:
+        runs, new_dates = await carry_out(runs_api, plain, decision, runs, post)
+    except RunRejected as exc:
+        if (old.get("message") or "") != str(exc):
+            post("RunRejected", str(exc), "Warning")
+        stalled = _stalled(old, "RunRejected", str(exc), generation)
+        next_time = rfc3339(decision.next_time) if decision.next_time else None
+        return await _write(ctx, meta, old, {**stalled, "nextScheduleTime": next_time}), decision.next_time
     new = build_status(decision, runs, old, {**dates, **new_dates})
-    reason = "Suspended" if spec.suspend else "Scheduled"
     new["observedGeneration"] = generation
     new["conditions"] = status_.merge_conditions(
-        old.get("conditions", []), _three("Ready", reason, new["message"]), generation, status_.now_rfc3339()
+        old.get("conditions", []),
+        kstatus.schedule_conditions(None, new["message"], spec.suspend),
+        generation,
+        status_.now_rfc3339(),
     )
     return await _write(ctx, meta, old, new), decision.next_time
 
