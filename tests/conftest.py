@@ -2,7 +2,8 @@
 
 `cluster` starts a real etcd + kube-apiserver on loopback (binaries built from Go modules and cached under
 ~/.cache/barge/bin) once per session, installs Barge's CRDs and the upstream KEDA, Prometheus Operator and
-Gateway API Inference Extension CRDs from ../shared/reference/crds, and stops everything at the end.
+Gateway API Inference Extension CRDs from tests/upstream_crds (copied from those projects), and stops everything
+at the end.
 Set BARGE_TEST_KUBECONFIG to reuse a running control plane instead (e.g. one from `make cluster-up`).
 """
 
@@ -24,10 +25,8 @@ from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("BARGE_SHARED_DIR", REPO.parent / "shared"))
-REFERENCE_CRDS = [
-    SHARED / "reference" / "crds" / d for d in ("keda", "prometheus-operator", "gateway-api-inference-extension")
-]
+UPSTREAM_CRDS = REPO / "tests" / "upstream_crds"  # in the repo, so tests never depend on where the clone lives
+REFERENCE_CRDS = [UPSTREAM_CRDS / d for d in ("keda", "prometheus-operator", "gateway-api-inference-extension")]
 
 
 def _wait_established(cluster: localcluster.Cluster, names: list[str]) -> None:
