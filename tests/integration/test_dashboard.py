@@ -68,6 +68,14 @@ def fetch(url: str) -> str:
         return resp.read().decode()  # type: ignore[no-any-return]
 
 
+def answers(url: str) -> bool:
+    try:
+        fetch(url)
+    except OSError:
+        return False
+    return True
+
+
 def job(name: str, emulator: str, workdir: Path, items: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "barge.dev/v1alpha1",
@@ -276,6 +284,7 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
         procs.append(prometheus)
         wait_for_port(prom_port, prometheus, "prometheus", 60)
         stack.prometheus = f"http://127.0.0.1:{prom_port}"
+        wait_for(lambda: answers(f"{stack.prometheus}/-/ready"), 60, "prometheus ready")  # 503 while its TSDB opens
         # every target scraped a few times, so rate() and increase() have samples to work with
         wait_for(
             lambda: len([s for s in stack.query("count_over_time(up[1m]) >= 5") if s]) == 3, 90, "three targets up"

@@ -170,6 +170,8 @@ async def test_backlog_metric_is_the_groups_lag(redis_url: str, start_emulator: 
     await push(redis_url, stream, *({"correlationId": f"b-{n}", "payload": {"text": "x"}} for n in range(7)))
     w = worker_for(redis_url, stream, start_emulator().url, tmp_path, pool="ingest", worker="doc-ingest")
     labels = {"pool": "ingest", "worker": "doc-ingest"}
+    dead = {**labels, "reason": "infrastructure"}
+    assert w.metrics.registry.get_sample_value("barge_worker_dead_lettered_total", dead) == 0  # listed from 0
     await w._sample_backlog()
     assert w.metrics.registry.get_sample_value("barge_worker_backlog", labels) == 7
     await w.run(idle_exit=True, wait_ms=200)

@@ -28,6 +28,8 @@ from barge.workers.queues import Message, Queue
 
 log = logging.getLogger("barge.worker")
 SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+DEAD_LETTER_REASONS = ("invalid", "infrastructure")
+OUTCOMES = ("succeeded", "refused", "duplicate", "abandoned")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,11 @@ class Metrics:
             names,
             registry=r,
         ).labels(*ids)
+        # Every reason and outcome listed from 0: a series born at 1 hides its first increase from increase().
+        for reason in DEAD_LETTER_REASONS:
+            self.dead.labels(reason)
+        for outcome in OUTCOMES:
+            self.processed.labels(outcome)
 
 
 class Worker:
