@@ -7,7 +7,9 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -144,3 +146,85 @@ def test_300_kib_spec_runs_and_stays_updatable(
         "-n", namespace, "patch", "lbj", "bigspec", "--type=merge", "-p", '{"spec":{"budget":{"maxCostUSD":"99"}}}'
     )
     cluster.run_kubectl("-n", namespace, "label", "lbj", "bigspec", "checked=yes")
+
+
+HOSTILE_TEMPLATES = {
+    "huge-repeat": "{{ 'x' * 10**9 }}",
+    "huge-power": "{{ 10**(10**10) }}",
+    "cpu-loops": "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}{{ text }}",
+    "memory-doubling": "{% set ns = namespace(x='ab') %}{% for i in range(60) %}{% set ns.x = ns.x ~ ns.x %}"
+    "{% endfor %}{{ ns.x|length }}",
+    "recursive-macro": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+}
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_healthy(cluster: Cluster, namespace: str, operator: Operator, url: str, name: str) -> dict[str, float]:
+    """Start a healthy job and follow it to Succeeded; returns seconds to each phase change, and the peak RSS."""
+    assert operator.proc is not None
+    start = time.monotonic()
+    apply(cluster, namespace, job_manifest(name, url, operator.workdir, n=300))
+    seen: dict[str, float] = {}
+    peak = 0.0
+    while "Succeeded" not in seen:
+        st = status(cluster, namespace, name)
+        phase = st.get("phase", "")
+        seen.setdefault(phase, time.monotonic() - start)
+        peak = max(peak, rss_mib(operator.proc.pid))
+        assert phase != "Failed", st
+        assert time.monotonic() - start < 300, f"healthy job stuck in {phase}: {seen}"
+        time.sleep(0.25)
+    return {**seen, "rss_peak_mib": peak}
+
+
+def test_hostile_jobs_beside_a_healthy_one(
+    cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
+) -> None:
+    """One job per hostile input, started together with a healthy job: each hostile job ends in a visible state,
+    the healthy one keeps moving and Succeeds, and the operator's memory stays bounded (the work is the
+    planner processes'). Figures are printed for the record (run with -s); only outcomes are asserted."""
+    assert operator.proc is not None
+    secret(cluster, namespace)
+    alone = run_healthy(cluster, namespace, operator, emulator.url, "healthy-alone")
+    rss_before = rss_mib(operator.proc.pid)
+    for name, template in HOSTILE_TEMPLATES.items():
+        doc = yaml.safe_load(job_manifest(name, emulator.url, operator.workdir, n=20))
+        doc["spec"]["request"]["template"] = template
+        apply(cluster, namespace, yaml.safe_dump(doc))
+    long_line = operator.workdir / "one-48mb-line.jsonl"
+    with long_line.open("wb") as out:
+        out.write(b'{"id": "a", "policy": "P-1", "text": "fine"}\n{"id": "b", "policy": "P-2", "text": "')
+        out.write(b"z" * (48 * 1024 * 1024))  # 48 MB and no newline until the end
+        out.write(b'"}\n{"id": "c", "policy": "P-3", "text": "fine too"}\n')
+    doc = yaml.safe_load(job_manifest("long-line", emulator.url, operator.workdir, n=2, successRatio="0.5"))
+    doc["spec"]["input"]["url"] = f"file://{long_line}"
+    apply(cluster, namespace, yaml.safe_dump(doc))
+    beside = run_healthy(cluster, namespace, operator, emulator.url, "healthy-beside")
+
+    def template_refused(name: str) -> bool:
+        admitted = conditions(cluster, namespace, name).get("Admitted", {})
+        return admitted.get("status") == "False" and admitted.get("reason") == "TemplateError"
+
+    for name in HOSTILE_TEMPLATES:
+        wait_for(lambda name=name: template_refused(name), 240, f"{name}: Admitted=False TemplateError")
+        assert "limit" in conditions(cluster, namespace, name)["Admitted"]["message"]
+    try:
+        wait_for(phase_is(cluster, namespace, "long-line", "Succeeded"), 120, "long-line Succeeded")
+    except TimeoutError:
+        pytest.fail(f"long-line: {status(cluster, namespace, 'long-line')}")
+    counts = status(cluster, namespace, "long-line")["counts"]
+    assert counts["invalid"] == 1
+    assert counts["succeeded"] + counts["refused"] == 2
+    rss_after = rss_mib(operator.proc.pid)
+    print(
+        f"\nhealthy job alone: {alone}\nhealthy job beside {len(HOSTILE_TEMPLATES) + 1} hostile jobs: {beside}\n"
+        f"operator RSS MiB: before hostile {rss_before:.0f}, peak while beside {beside['rss_peak_mib']:.0f}, "
+        f"after {rss_after:.0f}"
+    )
+    assert beside["rss_peak_mib"] < rss_before + 300, "hostile templates must not grow the operator's memory"

@@ -19,6 +19,7 @@ from barge.batch import failpoints
 from barge.batch.routing import missing, route
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result
+from barge.providers.errors import Fatal
 
 CHUNK = 5000
 PartWriter = Callable[[str, list[bytes]], None]
@@ -131,3 +132,28 @@ def give_up(ledger: Ledger, job: str, batch_id: str, reason: str, clock: Callabl
     ledger.apply(job, [ItemUpdate(cid, "failed", "batch_not_found", reason, n + 1) for cid, n in expected.items()])
     ledger.set_batch(job, batch_id, ingested=True, status="not_found", ended_at=clock())
     return len(expected)
+
+
+def report_events(info: BatchInfo, report: Report, on_event: Callable[[str, str, str], None]) -> None:
+    """The events an ingested batch is worth; a fatal result raises Fatal (the job stops)."""
+    if report.released:
+        on_event("ForeignBatch", f"batch {info.id} held none of the shard's ids: not ours, released", "Warning")
+        return
+    states = report.states
+    on_event(
+        "BatchEnded",
+        f"batch {info.id} {info.status}: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+        + (f"; {report.foreign} unknown ids ignored" if report.foreign else ""),
+        "Normal",
+    )
+    if states.get("pending"):
+        on_event("Retrying", f"{states['pending']} items from batch {info.id} will be resubmitted", "Normal")
+    if states.get("invalid"):
+        on_event(
+            "InvalidItems",
+            f"{states['invalid']} requests in batch {info.id} are invalid and will not be retried",
+            "Warning",
+        )
+    if report.fatal is not None:
+        raise Fatal(f"{report.fatal.error_type}: {report.fatal.message}", error_type=report.fatal.error_type)

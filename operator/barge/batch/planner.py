@@ -159,7 +159,7 @@ async def plan(
             flush()
             code = await proc.wait()
     except TimeoutError:
-        raise PlanError(f"planning took longer than {limits.wall_seconds:.0f} s") from None
+        raise PlanError(f"planning took longer than {limits.wall_seconds:.0f} s", permanent=False) from None
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -173,7 +173,8 @@ async def plan(
         why = {-signal.SIGXCPU: f"more than {limits.job_cpu_seconds} CPU seconds", -signal.SIGKILL: "killed"}.get(
             code, f"exit code {code}"
         )
-        raise PlanError(bound(f"planning stopped ({why}): {tail[-1] if tail else ''}", 500))
+        message = bound(f"planning stopped ({why}): {tail[-1] if tail else ''}", 500)
+        raise PlanError(message, permanent=code == -signal.SIGXCPU)
     return written
 
 

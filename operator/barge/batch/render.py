@@ -28,7 +28,12 @@ HASH_LEN = 10
 
 
 class PlanError(Exception):
-    """The job as a whole cannot be planned (its template does not compile): Admitted=False with this message."""
+    """The job as a whole cannot be planned (its template does not compile, or hits a limit on every line):
+    Admitted=False with this message. `permanent`: the same spec will always fail (the spec is immutable)."""
+
+    def __init__(self, message: str, *, permanent: bool = True) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class ItemError(ValueError):

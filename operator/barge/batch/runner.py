@@ -20,8 +20,9 @@ from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
 from barge.batch import budget, failpoints, plan, planner, prices
 from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
-from barge.batch.ingest import Report, give_up, ingest
+from barge.batch.ingest import give_up, ingest, report_events
 from barge.batch.outputs import write_outputs
+from barge.batch.render import PlanError
 from barge.batch.routing import route
 from barge.batch.snapshot import Snapshot, build_snapshot
 from barge.ledger import ItemUpdate, Ledger
@@ -31,6 +32,7 @@ from barge.storage import StoragePolicy, join, write_lines
 
 log = logging.getLogger("barge.batch")
 Event = Callable[[str, str, str], None]  # (reason, message, type Normal|Warning)
+NOT_ADMITTED = "NotAdmitted"  # ledger phase: the template can never be planned; fatal holds why
 STOPPING = "Stopping"  # ledger phase: a fatal answer was seen; live batches are being cancelled and collected
 STOP_GRACE = 900.0  # seconds a stopping job waits for its cancelled batches before failing without them
 
@@ -122,6 +124,11 @@ class JobRunner:
             return self.snapshot()
         if row["fatal"] or row["phase"] in ("Succeeded", "Failed"):
             return self.snapshot()
+        if row["phase"] == NOT_ADMITTED:  # a template that can never plan: not re-planned (the spec is immutable)
+            cutoff = self.job.spec.deadline
+            if cutoff is not None and self.clock() >= cutoff.timestamp():
+                self._fail(f"deadline passed without admission: {row['fatal']}", write=False)
+            return self.snapshot()
         if not row["planned"]:
             if self.budget.unpriced:  # not admitted: the snapshot says which price is missing
                 return self.snapshot()
@@ -167,7 +174,12 @@ class JobRunner:
         job = self.job
         spec = job.spec.model_dump(mode="json", by_alias=True)
         what = planner.PlanInput(spec, job.run_date, job.tenant, job.model, self.provider.name)
-        total = await planner.plan(job.key, what, job.lines, self.ledger, self.settings.plan_limits)
+        try:
+            total = await planner.plan(job.key, what, job.lines, self.ledger, self.settings.plan_limits)
+        except PlanError as exc:
+            if exc.permanent:
+                self.ledger.set_job(job.key, phase=NOT_ADMITTED, fatal=bound(str(exc)))
+            raise
         invalid = self.ledger.counts(self.job.key).get("invalid", 0)
         self.ledger.set_job(self.job.key, planned=True, total=total, started_at=self.clock(), phase="Submitting")
         estimate = self.estimate(batch=not self.sync_only)
@@ -335,32 +347,7 @@ class JobRunner:
                     self._write_part,
                     self.clock,
                 )
-                self._report(info, report)
-
-    def _report(self, info: BatchInfo, report: Report) -> None:
-        if report.released:
-            self.on_event(
-                "ForeignBatch", f"batch {info.id} held none of the shard's ids: not ours, released", "Warning"
-            )
-            return
-        states = report.states
-        self.on_event(
-            "BatchEnded",
-            f"batch {info.id} {info.status}: "
-            + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-            + (f"; {report.foreign} unknown ids ignored" if report.foreign else ""),
-            "Normal",
-        )
-        if states.get("pending"):
-            self.on_event("Retrying", f"{states['pending']} items from batch {info.id} will be resubmitted", "Normal")
-        if states.get("invalid"):
-            self.on_event(
-                "InvalidItems",
-                f"{states['invalid']} requests in batch {info.id} are invalid and will not be retried",
-                "Warning",
-            )
-        if report.fatal is not None:
-            raise Fatal(f"{report.fatal.error_type}: {report.fatal.message}", error_type=report.fatal.error_type)
+                report_events(info, report, self.on_event)
 
     def _write_part(self, name: str, lines: list[bytes]) -> None:
         """Copy results as they arrive (provider results expire after 14-30 days)."""

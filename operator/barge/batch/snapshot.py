@@ -129,7 +129,10 @@ def build_snapshot(
     phase = str(row.get("phase") or "Pending")
     message = ""
     unpriced = budget is not None and table.price(job.model) is None
-    if fatal and phase == "Stopping":
+    not_admitted = phase == "NotAdmitted"
+    if not_admitted:
+        phase, message = "Pending", bound(fatal)
+    elif fatal and phase == "Stopping":
         phase = "Running"
         message = bound(f"stopping: {fatal}; cancelling and collecting {len(live)} batches in flight")
     elif fatal:
@@ -168,10 +171,10 @@ def build_snapshot(
         _condition(
             "Admitted",
             planned,
-            "Planned" if planned else ("PriceMissing" if unpriced else "Planning"),
+            "Planned" if planned else ("TemplateError" if not_admitted else "PriceMissing" if unpriced else "Planning"),
             f"{total} items, {counts['invalid']} invalid"
             if planned
-            else (message if unpriced else "reading the input"),
+            else (message if unpriced or not_admitted else "reading the input"),
         ),
         _condition(
             "Submitted",

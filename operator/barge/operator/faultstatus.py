@@ -50,9 +50,11 @@ def failed_at_deadline(old: dict[str, Any], fault: StepFault, generation: int) -
 
 
 def recovered(new: dict[str, Any], generation: int) -> dict[str, Any]:
-    """`new` with StepFailed turned False when it was True (a step succeeded)."""
+    """`new` with StepFailed turned False when it was True (a step succeeded and the job is admitted)."""
     conds = new.get("conditions", [])
     if not any(c.get("type") == STEP_FAILED and c.get("status") == "True" for c in conds):
         return new
+    if any(c.get("type") == "Admitted" and c.get("status") == "False" for c in conds):
+        return new  # still not admitted (e.g. a template that can never plan): the failure stands
     ok = {"type": STEP_FAILED, "status": "False", "reason": "StepSucceeded", "message": ""}
     return {**new, "conditions": merge_conditions(conds, [ok], generation, now_rfc3339())}
