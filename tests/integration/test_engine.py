@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -181,13 +182,28 @@ async def test_job_wide_errors_fail_the_job(
 
 async def test_deadline_cutoff_cancels_and_falls_back(start_emulator: Factory, tmp_path: Path) -> None:
     emu = start_emulator({"batch": {"processingSeconds": 4, "cancelSeconds": 0.2}})
-    deadline = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
+    deadline = datetime.now(UTC) + timedelta(hours=1)
     job = make_job(
-        tmp_path, "anthropic", 120, deadline=deadline, successRatio="1", fallback={"sync": True, "concurrency": 16}
+        tmp_path,
+        "anthropic",
+        120,
+        deadline=deadline.isoformat(),
+        successRatio="1",
+        fallback={"sync": True, "concurrency": 16},
     )
-    snap = await run_to_end(
-        JobRunner(job, provider_for("anthropic", emu.url), Ledger(str(tmp_path / "l.db")), prices.load(), FAST)
+    now = [time.time()]  # the engine's clock: moved past the deadline once the batch is half done
+    runner = JobRunner(
+        job,
+        provider_for("anthropic", emu.url),
+        Ledger(str(tmp_path / "l.db")),
+        prices.load(),
+        FAST,
+        clock=lambda: now[0],
     )
+    assert (await runner.step()).phase == "Running"
+    await asyncio.sleep(2)
+    now[0] = deadline.timestamp() + 1
+    snap = await run_to_end(runner)
     assert snap.phase == "Succeeded"
     ok, _ = check_accounting(tmp_path, snap, 120)
     via = {r["via"] for r in ok}
