@@ -19,7 +19,7 @@ from tools.localcluster import Cluster
 from barge.emulator.server import EmulatorThread
 from tests.conftest import kubectl_json, state
 from tests.e2e.conftest import Operator, own_control_plane, wait_for
-from tests.e2e.test_operator import apply, job_manifest, phase_is, secret
+from tests.e2e.test_operator import apply, assert_one_batch_per_shard, job_manifest, phase_is, secret
 
 pytestmark = pytest.mark.cluster
 
@@ -117,11 +117,4 @@ def test_standby_takes_over_after_kill_9_with_one_batch_per_shard(
     print(f"takeover {time.monotonic() - killed:.1f}s after kill -9 (peering lifetime {LIFETIME}s)")
     assert active not in peers(cluster), "the standby removed the dead peer's expired record"
     wait_for(phase_is(cluster, ns, "failover", "Succeeded"), 120, "Succeeded on the standby")
-    batches = state(emu)["batches"]
-    seen: dict[str, int] = {}
-    for batch in batches:
-        for cid in batch["custom_ids"]:
-            seen[cid] = seen.get(cid, 0) + 1
-    assert len(seen) == 800
-    assert set(seen.values()) == {1}, "no item went to the provider twice"
-    assert len(batches) == 4, "800 items in shards of 200: exactly one batch per shard across the takeover"
+    assert_one_batch_per_shard(emu, items=800, shards=4)  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)

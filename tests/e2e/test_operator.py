@@ -50,6 +50,18 @@ def phase_is(cluster: Cluster, namespace: str, name: str, *phases: str) -> Calla
     return lambda: status(cluster, namespace, name).get("phase") in phases
 
 
+def assert_one_batch_per_shard(emu: EmulatorThread, *, items: int, shards: int) -> None:
+    """What the provider saw: every item in exactly one batch, and one batch per shard (no duplicate create)."""
+    batches = state(emu)["batches"]
+    seen: dict[str, int] = {}
+    for batch in batches:
+        for cid in batch["custom_ids"]:
+            seen[cid] = seen.get(cid, 0) + 1
+    assert len(seen) == items
+    assert set(seen.values()) == {1}, "no item went to the provider twice"
+    assert len(batches) == shards, f"{items} items in {shards} shards: exactly one batch per shard"
+
+
 def test_sample_job_succeeds_and_columns_match_outputs(
     cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
 ) -> None:
@@ -88,14 +100,7 @@ def test_kill_9_mid_run_then_restart_keeps_one_batch_per_shard(
     operator.kill()
     operator.start()
     wait_for(phase_is(cluster, namespace, "crashy", "Succeeded"), 120, "Succeeded after restart")
-    batches = state(emu)["batches"]
-    seen: dict[str, int] = {}
-    for b in batches:
-        for cid in b["custom_ids"]:
-            seen[cid] = seen.get(cid, 0) + 1
-    assert len(seen) == 800
-    assert set(seen.values()) == {1}, "no item went to the provider twice"
-    assert len(batches) == 4, "800 items in shards of 200: exactly one batch per shard"
+    assert_one_batch_per_shard(emu, items=800, shards=4)
 
 
 def test_delete_cancels_the_provider_batch(
