@@ -15,6 +15,8 @@ from typing import Any
 from barge.api.pool import PROFILE_BATCHED_TOKENS, EngineSpec, InferencePool
 
 PORT = 8000
+PENDING_METRIC = "barge_pool_pending_requests"
+"""The operator's gauge of requests waiting for an engine pool (operator/metrics.py), read by its ScaledObject."""
 MANAGED_BY = "barge"
 #: Labels a GitOps tool uses to track what it applied; copying them to children makes the tool think it owns
 #: (and must prune) objects Barge generated.
@@ -255,13 +257,19 @@ def build_service_monitor(pool: InferencePool) -> dict[str, Any] | None:
 
 
 def build_scaled_object(pool: InferencePool, prometheus_url: str) -> dict[str, Any] | None:
-    """KEDA on vllm:num_requests_waiting of this pool's model; scales to zero when minReplicas is 0."""
+    """KEDA on vllm:num_requests_waiting of this pool's model, and on the work Barge knows is waiting for the pool.
+
+    vLLM's own metric only exists while a replica runs, so a pool at zero would never wake on it: the second
+    trigger reads PENDING_METRIC, which the operator exports from the pool-backed jobs it watches. KEDA takes the
+    larger of the two, and activates from zero when either is above 0."""
     engine = pool.spec.engine
     if engine is None or engine.autoscaling is None:
         return None
     scaling = engine.autoscaling
     name = str(pool.metadata["name"])
-    query = f'sum(vllm:num_requests_waiting{{namespace="{pool.metadata["namespace"]}",model_name="{pool.spec.model}"}})'
+    namespace = pool.metadata["namespace"]
+    query = f'sum(vllm:num_requests_waiting{{namespace="{namespace}",model_name="{pool.spec.model}"}})'
+    pending = f'sum({PENDING_METRIC}{{namespace="{namespace}",pool="{name}"}})'
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
@@ -281,7 +289,17 @@ def build_scaled_object(pool: InferencePool, prometheus_url: str) -> dict[str, A
                         "threshold": str(scaling.target_waiting_requests),
                         "activationThreshold": "0",
                     },
-                }
+                },
+                {
+                    "type": "prometheus",
+                    "name": "barge-pending",
+                    "metadata": {
+                        "serverAddress": prometheus_url,
+                        "query": pending,
+                        "threshold": str(scaling.target_waiting_requests),
+                        "activationThreshold": "0",
+                    },
+                },
             ],
         },
     }

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from barge.api.batchjob import LLMBatchJobSpec
+from barge.k8s.pool import PENDING_METRIC
 from barge.providers.base import Usage
 
 if TYPE_CHECKING:
@@ -65,6 +66,10 @@ class JobView:
     target: float
     counts: Mapping[str, int]
     started_at: float | None
+    pool: str = ""
+    """The InferencePool of a job with provider.type pool; empty otherwise."""
+    not_admitted: str = ""
+    """The reason of `Admitted=False` (e.g. NotFound while its pool is not Ready); empty when admitted."""
 
     @property
     def running(self) -> bool:
@@ -104,6 +109,17 @@ def view_job(body: Mapping[str, Any]) -> JobView:
         target=target,
         counts={k: int(v) for k, v in (status.get("counts") or {}).items() if isinstance(v, int)},
         started_at=_timestamp(status.get("startedAt")),
+        not_admitted=next(
+            (
+                str(c.get("reason"))
+                for c in status.get("conditions") or []
+                if c.get("type") == "Admitted" and c.get("status") == "False"
+            ),
+            "",
+        ),
+        pool=str(((spec.get("provider") or {}).get("poolRef") or {}).get("name") or "")
+        if (spec.get("provider") or {}).get("type") == "pool"
+        else "",
     )
 
 
@@ -167,6 +183,7 @@ class BargeCollector(Collector):
         tenant_of = {job.rsplit("/", 1)[-1]: tenant for job, tenant in rows["jobs"]}
         yield from self._jobs(now, tenant_of)
         yield from self._pools()
+        yield self._pending()
         errors = CounterMetricFamily("barge_ledger_errors", "Engine steps that failed unexpectedly")
         errors.add_metric([], self.ctx.ledger_errors)
         yield errors
@@ -290,6 +307,27 @@ class BargeCollector(Collector):
                 cap.add_metric([p.namespace, p.name, worker], quota_cap)
                 top.add_metric([p.namespace, p.name, worker], effective)
         yield from (cond, ready, rpm, tpm, cap, top)
+
+    def _pending(self) -> GaugeMetricFamily:
+        """Requests waiting for each pool: what wakes an engine pool from zero (its ScaledObject reads this)."""
+        gauge = GaugeMetricFamily(
+            PENDING_METRIC,
+            "Items of pool-backed jobs not yet finished (pending, retrying, in flight); a job waiting for its pool "
+            "(Admitted=False, NotFound) before reading its input counts 1",
+            labels=["namespace", "pool"],
+        )
+        waiting = {(p.namespace, p.name): 0 for p in self.ctx.book.pools.values()}
+        for v in list(self.ctx.book.jobs.values()):
+            if not v.pool or not v.running or v.phase in ("Queued", "Suspended"):
+                continue  # held by its schedule, or suspended: not waiting for the pool
+            n = sum(v.counts.get(k, 0) for k in ("pending", "retrying", "submitted"))
+            if not v.counts.get("total") and v.not_admitted == "NotFound":
+                n = max(n, 1)  # its size is unknown until the pool serves it; an invalid spec wakes nothing
+            key = (v.namespace, v.pool)
+            waiting[key] = waiting.get(key, 0) + n
+        for (namespace, pool), n in sorted(waiting.items()):
+            gauge.add_metric([namespace, pool], n)
+        return gauge
 
     def _ledger(self, rows: Mapping[str, list[tuple[Any, ...]]], now: float) -> Iterator[Any]:
         ctx = self.ctx
