@@ -17,6 +17,7 @@ import yaml
 from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
+from tests.conftest import state
 from tests.e2e.conftest import Operator, wait_for
 from tests.e2e.test_operator import apply, job_manifest, phase_is, secret, status
 
@@ -228,3 +229,28 @@ def test_hostile_jobs_beside_a_healthy_one(
         f"after {rss_after:.0f}"
     )
     assert beside["rss_peak_mib"] < rss_before + 300, "hostile templates must not grow the operator's memory"
+
+
+def test_ledger_lost_under_a_running_job_makes_no_second_batch(
+    cluster: Cluster, namespace: str, operator: Operator, start_emulator: Any
+) -> None:
+    """The operator restarts without its ledger (a container without a volume) while a job has a batch in
+    flight: the job stops with LedgerMismatch instead of submitting its items again."""
+    slow = start_emulator({"batch": {"processingSeconds": 300}})
+    secret(cluster, namespace)
+    apply(cluster, namespace, job_manifest("amnesia", slow.url, operator.workdir, n=40))
+    wait_for(lambda: status(cluster, namespace, "amnesia").get("batches"), 60, "a batch in the status")
+    operator.kill()
+    for path in operator.workdir.glob("l.db*"):
+        path.unlink()
+    operator.start()
+    wait_for(
+        lambda: conditions(cluster, namespace, "amnesia").get("LedgerMismatch", {}).get("status") == "True",
+        60,
+        "LedgerMismatch",
+    )
+    time.sleep(3)  # several polls (0.5 s): none may submit
+    assert len(state(slow)["batches"]) == 1, "one batch per shard, even after the ledger was lost"
+    st = status(cluster, namespace, "amnesia")
+    assert [b["id"] for b in st["batches"]] == [state(slow)["batches"][0]["id"]], "the status keeps the record"
+    assert any(e["reason"] == "LedgerMismatch" for e in events(cluster, namespace, "amnesia"))

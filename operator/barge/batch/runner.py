@@ -24,7 +24,7 @@ from barge.batch.ingest import give_up, ingest, report_events
 from barge.batch.outputs import write_outputs
 from barge.batch.render import PlanError
 from barge.batch.routing import route
-from barge.batch.snapshot import Snapshot, build_snapshot
+from barge.batch.snapshot import LEDGER_MISMATCH, Snapshot, build_snapshot, ledger_mismatch, mismatch_message
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient
@@ -68,6 +68,10 @@ class Job:
     model: str
     lines: Callable[[], Iterator[tuple[int, bytes]]]
     storage: StoragePolicy = field(default_factory=StoragePolicy)
+    status_batches: tuple[str, ...] = ()
+    """Batch ids the job's status lists (operator mode): a ledger that knows none of them was lost."""
+    reported: frozenset[str] = frozenset()
+    """Condition types already True in the status (so a standing problem is announced once)."""
 
     @property
     def spec_hash(self) -> str:
@@ -107,10 +111,16 @@ class JobRunner:
         self.sync_limits = sync_limits  # (concurrency, RPM, TPM) of a pool; None: spec.fallback's
         self.factory = plan.RequestFactory(job.model, job.spec.request)
         self.tag = hashlib.sha256(job.key.encode()).hexdigest()[:32]
+        self.unknown: list[str] = []
 
     # --- the step ---------------------------------------------------------------------------------------------
     async def step(self) -> Snapshot:
         key = self.job.key
+        self.unknown = ledger_mismatch(self.ledger, key, self.job.status_batches)
+        if self.unknown:  # never submit again what was maybe paid already: hold until the ledger is back
+            if LEDGER_MISMATCH not in self.job.reported:
+                self.on_event(LEDGER_MISMATCH, mismatch_message(self.unknown), "Warning")
+            return self.snapshot()
         row = self.ledger.ensure_job(key, self.job.spec_hash, self.job.tenant, self.job.model)
         if row["spec_hash"] != self.job.spec_hash and not row["fatal"]:
             self._fail(
@@ -166,7 +176,13 @@ class JobRunner:
 
     def snapshot(self) -> Snapshot:
         return build_snapshot(
-            self.ledger, self.job, self.prices, self.settings.status_batches, self.clock(), held=self.budget_hold()
+            self.ledger,
+            self.job,
+            self.prices,
+            self.settings.status_batches,
+            self.clock(),
+            held=not self.unknown and self.budget_hold(),
+            unknown_batches=self.unknown,
         )
 
     # --- planning and budget ----------------------------------------------------------------------------------

@@ -83,8 +83,34 @@ def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str
     return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
+LEDGER_MISMATCH = "LedgerMismatch"
+
+
+def ledger_mismatch(ledger: Ledger, key: str, status_batches: tuple[str, ...]) -> list[str]:
+    """Batches the job's status lists and the ledger does not know: the ledger was lost or replaced (a restart
+    without its volume). Submitting now could pay a second time for items already in those batches."""
+    if not status_batches:
+        return []
+    known = {b["batch_id"] for b in ledger.batches_of(key)}
+    return [b for b in status_batches if b not in known]
+
+
+def mismatch_message(unknown: list[str]) -> str:
+    return bound(
+        f"status.batches lists {len(unknown)} batches the ledger does not know ({', '.join(unknown[:5])}): the "
+        "ledger was lost or replaced; nothing is submitted until the ledger holding them is back"
+    )
+
+
 def build_snapshot(
-    ledger: Ledger, job: Job, table: prices.PriceTable, max_batches: int, now: float, *, held: bool
+    ledger: Ledger,
+    job: Job,
+    table: prices.PriceTable,
+    max_batches: int,
+    now: float,
+    *,
+    held: bool,
+    unknown_batches: list[str] | None = None,
 ) -> Snapshot:
     row = ledger.job(job.key) or {}
     raw = ledger.counts(job.key)
@@ -130,7 +156,9 @@ def build_snapshot(
     message = ""
     unpriced = budget is not None and table.price(job.model) is None
     not_admitted = phase == "NotAdmitted"
-    if not_admitted:
+    if unknown_batches:
+        phase, message = "Pending", mismatch_message(unknown_batches)
+    elif not_admitted:
         phase, message = "Pending", bound(fatal)
     elif fatal and phase == "Stopping":
         phase = "Running"
@@ -207,6 +235,14 @@ def build_snapshot(
             message if held else ("resubmission stopped by the budget" if budget_stop else ""),
         ),
     ]
+    conditions.append(
+        _condition(
+            LEDGER_MISMATCH,
+            bool(unknown_batches),
+            "UnknownBatches" if unknown_batches else "LedgerConsistent",
+            message if unknown_batches else "",
+        )
+    )
     slack = job.spec.deadline.timestamp() - now if job.spec.deadline else None
     return Snapshot(
         phase,
@@ -219,4 +255,5 @@ def build_snapshot(
         rfc3339(row.get("completed_at")),
         job.spec.output.url.rstrip("/") + "/results.jsonl" if phase in ("Succeeded", "Failed") else None,
         slack,
+        {"ledger_mismatch": unknown_batches} if unknown_batches else {},
     )

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
+from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, update
 
 from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items, jobs, metadata
 
@@ -68,7 +69,8 @@ class Ledger:
 
     def __init__(self, url: str) -> None:
         self.url = normalise_url(url)
-        self.engine: Engine = create_engine(self.url)
+        # hide_parameters: a driver error must never copy item text (or anything else bound) into logs or status.
+        self.engine: Engine = create_engine(self.url, hide_parameters=True)
         self.postgres = self.engine.dialect.name == "postgresql"
         if not self.postgres:
             event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -82,6 +84,23 @@ class Ledger:
             for table, column, ddl in ADDED_COLUMNS:
                 if column not in {c["name"] for c in found.get_columns(table)}:
                     conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}")
+
+    @contextmanager
+    def _durable(self) -> Iterator[Connection]:
+        """A transaction that is on disk when it commits, whatever happens next (power loss included): on SQLite
+        the WAL is synced at this commit (synchronous=FULL), not only at checkpoints (NORMAL). Used where money
+        is at stake: the submit intent and the batch record."""
+        with self.engine.connect() as conn:
+            if not self.postgres:
+                conn.exec_driver_sql("PRAGMA synchronous=FULL")
+                conn.commit()
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                if not self.postgres:
+                    conn.exec_driver_sql("PRAGMA synchronous=NORMAL")
+                    conn.commit()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -262,7 +281,7 @@ class Ledger:
     def open_intent(self, job: str, shard: str, attempt: int, first_line: int, last_line: int, count: int) -> None:
         """Ledger first: the intent, and the shard's items (pending, lines first..last) moved to `submitting`,
         before the provider hears of them."""
-        with self.engine.begin() as conn:
+        with self._durable() as conn:
             conn.execute(
                 insert(intents).values(
                     job=job,
@@ -301,7 +320,7 @@ class Ledger:
         submitted_at: float,
     ) -> None:
         """The batch id, recorded before anything else happens (one transaction)."""
-        with self.engine.begin() as conn:
+        with self._durable() as conn:
             conn.execute(
                 insert(batches).values(
                     job=job,
@@ -329,7 +348,7 @@ class Ledger:
 
     def abandon_intent(self, job: str, shard: str) -> None:
         """The create certainly did not land: release the items to pending."""
-        with self.engine.begin() as conn:
+        with self._durable() as conn:
             conn.execute(
                 update(intents).where(intents.c.job == job, intents.c.shard == shard).values(state="abandoned")
             )

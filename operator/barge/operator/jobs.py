@@ -90,7 +90,9 @@ def _text_lines(text: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
     return lines
 
 
-async def build_job(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, model: str) -> Job:
+async def build_job(
+    ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, model: str, status: dict[str, Any] | None = None
+) -> Job:
     namespace = meta["namespace"]
     key = job_key(meta)
     lines: Callable[[], Iterator[tuple[int, bytes]]]
@@ -113,6 +115,10 @@ async def build_job(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, m
         model=model,
         lines=lines,
         storage=ctx.policy,
+        status_batches=tuple(str(b.get("id")) for b in (status or {}).get("batches") or [] if b.get("id")),
+        reported=frozenset(
+            str(c.get("type")) for c in (status or {}).get("conditions") or [] if c.get("status") == "True"
+        ),
     )
 
 
@@ -233,7 +239,7 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             await stopped.wait(interval)
             continue
         try:
-            snap = await _step(ctx, meta, spec, post)
+            snap = await _step(ctx, meta, spec, post, current)
         except NotFound as exc:
             fault = faults.StepFault("NotFound", bound(f"{exc}; waiting for it"), transient=True, admission=True)
             if await _deadline(ctx, meta, spec, fault, current, generation, post):
@@ -263,17 +269,21 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             continue
         failures = 0
         new = faultstatus.recovered(status_.from_snapshot(snap, current, generation), generation)
+        if snap.extra.get("ledger_mismatch"):  # the status is then the only record of those batches: keep it
+            new = {k: new[k] for k in ("phase", "observedGeneration", "conditions", "message")}
         current = await _write(ctx, meta, current, new)
         if snap.terminal:
             return
         await stopped.wait(interval)
 
 
-async def _step(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, post: Poster) -> Snapshot:
+async def _step(
+    ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, post: Poster, status: dict[str, Any]
+) -> Snapshot:
     """One engine step of the job: resolve its provider and input, step, close the provider."""
     target = await target_for(ctx, meta["namespace"], spec)
     try:
-        job = await build_job(ctx, meta, spec, target.model)
+        job = await build_job(ctx, meta, spec, target.model, status)
         runner = JobRunner(
             job,
             target.provider,
