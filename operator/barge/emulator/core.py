@@ -239,6 +239,7 @@ class Store:
         self.instance = os.urandom(4).hex()
         self.batches: dict[str, Batch] = {}
         self.files: dict[str, dict[str, Any]] = {}
+        self.deleted_files: set[str] = set()  # a deleted output file stays deleted when its batch is read again
         self.creates = 0
         self.sync_requests = 0
         self.rate_limited = 0
@@ -289,9 +290,11 @@ class Store:
                     "created_at": b.created_at,
                     "archived": b.archived,
                     "custom_ids": [i.custom_id for i in b.items],
+                    "output_expires_after": b.output_expires_after,
                 }
                 for b in self.batches.values()
             ],
+            "files": [{"id": k, "kind": v["kind"], "batch": v.get("batch", "")} for k, v in self.files.items()],
             "sync_requests": self.sync_requests,
             "rate_limited": self.rate_limited,
             "creates": self.creates,

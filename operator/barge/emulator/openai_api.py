@@ -113,7 +113,7 @@ def batch_json(store: Store, batch: Batch, now: float) -> dict[str, Any]:
     if error_file is None and batch.provider == "azure":
         error_file = ""
     for kind, file_id in (("output", output_file), ("error", error_file)):
-        if file_id:
+        if file_id and file_id not in store.deleted_files:
             store.files.setdefault(file_id, {"kind": kind, "batch": batch.id, "created_at": batch.end_at})
     if ended:
         counts: dict[str, int | None] = {"total": len(batch.items), "completed": n_ok, "failed": n_err}
@@ -242,6 +242,7 @@ async def delete_file(request: web.Request) -> web.Response:
     file_id = request.match_info["file_id"]
     if store.files.pop(file_id, None) is None:
         return error(404, f"No such File object: {file_id}", param="id")
+    store.deleted_files.add(file_id)
     return web.json_response({"id": file_id, "object": "file", "deleted": True})
 
 
@@ -328,6 +329,15 @@ async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
     return body
 
 
+def _valid_expiry(expiry: object, provider: ProviderName) -> bool:
+    """OpenAI keeps output files 1 hour to 30 days after creation when asked; Azure 14 to 30 days."""
+    if not isinstance(expiry, dict) or expiry.get("anchor") != "created_at":
+        return False
+    seconds = expiry.get("seconds")
+    low = 14 * 86400 if provider == "azure" else 3600
+    return isinstance(seconds, int) and not isinstance(seconds, bool) and low <= seconds <= 30 * 86400
+
+
 async def create_batch(request: web.Request) -> web.Response:
     store = _store(request)
     provider = _provider(request)
@@ -355,6 +365,14 @@ async def create_batch(request: web.Request) -> web.Response:
     ):
         return error(
             400, "metadata: at most 16 pairs, keys up to 64 and string values up to 512 characters", param="metadata"
+        )
+    expiry = body.get("output_expires_after")
+    if expiry is not None and not _valid_expiry(expiry, provider):
+        low = "1209600 (14 days)" if provider == "azure" else "3600 (1 hour)"
+        return error(
+            400,
+            f"output_expires_after: anchor must be created_at and seconds between {low} and 2592000 (30 days)",
+            param="output_expires_after",
         )
     items, errors = _validate_lines(meta["data"], provider)
     limit = store.profile.batch.azure_enqueued_token_limit
@@ -384,8 +402,9 @@ async def create_batch(request: web.Request) -> web.Response:
         endpoint=endpoint,
         metadata=metadata,
         validation_errors=errors,
-        output_expires_after=body.get("output_expires_after"),
+        output_expires_after=expiry,
     )
+    meta["batch"] = batch.id
     if store.creates <= store.profile.batch.create_failures_after_accept:
         return error(500, "The server had an error while processing your request.", type_="server_error")
     return web.json_response(batch_json(store, batch, store.clock()))
