@@ -57,6 +57,11 @@ class OperatorConfig:
     """Requests per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_REQUESTS)."""
     max_shard_bytes: int = 0
     """Encoded bytes per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_BYTES)."""
+    delete_provider_copies: bool = True
+    """Default of spec.retention.deleteProviderCopies (BARGE_DELETE_PROVIDER_COPIES, true/false): delete the
+    provider's copies of prompts and results once a job's outputs are written."""
+    output_expires_after_days: int = 14
+    """Default of spec.retention.outputExpiresAfterDays (BARGE_OUTPUT_EXPIRES_AFTER_DAYS, 14..30)."""
     peering: str | None = None
     """Kopf peering name for several operator replicas; None runs standalone."""
     peering_priority: int = 0
@@ -95,6 +100,9 @@ class OperatorConfig:
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
             "peering_priority": peering_priority(env.get("BARGE_PEERING_PRIORITY", str(cls.peering_priority))),
             "peering_lifetime": int(env.get("BARGE_PEERING_LIFETIME", cls.peering_lifetime)),
+            "delete_provider_copies": env.get("BARGE_DELETE_PROVIDER_COPIES", "true").strip().lower()
+            in ("true", "1", "yes"),
+            "output_expires_after_days": int(env.get("BARGE_OUTPUT_EXPIRES_AFTER_DAYS", cls.output_expires_after_days)),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "policy" not in overrides or overrides["policy"] is None:
@@ -102,6 +110,8 @@ class OperatorConfig:
         config = cls(**values)  # type: ignore[arg-type]
         if config.poll_seconds <= 0:
             raise ValueError("poll seconds must be positive")
+        if not 14 <= config.output_expires_after_days <= 30:
+            raise ValueError("output expiry must be 14..30 days (what Azure accepts; OpenAI accepts it too)")
         if config.peering_lifetime < 2:
             raise ValueError("peering lifetime must be at least 2 seconds")
         return config

@@ -41,7 +41,7 @@ CUSTOM_ID_TEMPLATE = r"^([^{}]|\{(" + "|".join(CUSTOM_ID_FIELDS) + r")\})*$"
 RESERVED_PARAMS = ("model", "max_tokens", "max_completion_tokens", "messages", "system", "custom_id", "n", "stream")
 
 #: Spec fields that may change after creation; everything else is fixed like a Job's pod template.
-MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget")
+MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget", "retention")
 IMMUTABLE_SPEC_FIELDS = (
     "tenant",
     "provider",
@@ -250,8 +250,27 @@ class OutputSpec(Model):
     )
 
 
+class RetentionSpec(Model):
+    """What Barge leaves behind at the provider once results are in output.url and the ledger. Unset fields take
+    the operator's defaults (chart: retention.*), which delete at once and ask for the shortest file expiry."""
+
+    delete_provider_copies: bool | None = Field(
+        None,
+        description="Once the job has ended and its results are written: delete the uploaded input file and the "
+        "output/error files (OpenAI, Azure) or the ended batch with its results (Anthropic). Default true.",
+    )
+    output_expires_after_days: int | None = Field(
+        None,
+        ge=14,
+        le=30,
+        description="Days OpenAI and Azure keep a batch's output and error files (output_expires_after, sent at "
+        "creation; Azure accepts 14..30). Default 14: Barge copies results as soon as a batch ends.",
+    )
+
+
 class LLMBatchJobSpec(Model):
-    """Desired state of an LLMBatchJob. Immutable after creation except suspend, deadline, successRatio, budget."""
+    """Desired state of an LLMBatchJob. Immutable after creation except suspend, deadline, successRatio, budget,
+    retention."""
 
     model_config = ConfigDict(json_schema_extra=validations(*(_immutable(f) for f in IMMUTABLE_SPEC_FIELDS)))
 
@@ -286,6 +305,9 @@ class LLMBatchJobSpec(Model):
     budget: BudgetSpec | None = Field(None, description="Spending limit.")
     output: OutputSpec = Field(description="Where results are copied.")
     suspend: bool = Field(False, description="True cancels in-flight batches and holds the job.")
+    retention: RetentionSpec = Field(
+        default_factory=RetentionSpec, description="What is deleted at the provider after ingestion."
+    )
 
     @model_validator(mode="after")
     def _check_custom_id(self) -> LLMBatchJobSpec:

@@ -16,6 +16,8 @@ AFTER_INTENT = "after-intent"
 AFTER_CREATE = "after-create"
 #: half-way through streaming a batch's results, before anything of them is committed
 MID_INGEST = "mid-ingest"
+#: the job's outputs are written and its batches ingested, before its provider copies are deleted
+BEFORE_CLEANUP = "before-cleanup"
 
 
 def hit(name: str) -> None:

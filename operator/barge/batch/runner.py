@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
-from barge.batch import budget, failpoints, plan, planner, prices
+from barge.batch import budget, failpoints, plan, planner, prices, retention
 from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
 from barge.batch.ingest import give_up, ingest, report_events
@@ -55,6 +55,10 @@ class EngineSettings:
     """Cap on a batch's encoded bytes below the provider's limit (0 = the provider's)."""
     plan_limits: planner.PlanLimits = field(default_factory=planner.PlanLimits)
     """CPU, memory and time limits of the planner process (templates and input are the job's, not ours)."""
+    delete_provider_copies: bool = True
+    """Default of spec.retention.deleteProviderCopies (batch/retention.py)."""
+    output_expires_after_days: int = 14
+    """Default of spec.retention.outputExpiresAfterDays (OpenAI and Azure output and error files)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ class JobRunner:
             await self._stop(row["fatal"])
             return self.snapshot()
         if row["fatal"] or row["phase"] in ("Succeeded", "Failed"):
+            await self._clean_up()  # a Failed job's, or one left pending by a crash or an upgrade
             return self.snapshot()
         if row["phase"] == NOT_ADMITTED:  # a template that can never plan: not re-planned (the spec is immutable)
             cutoff = self.job.spec.deadline
@@ -171,7 +176,7 @@ class JobRunner:
             )
             await self._stop(message)
             return self.snapshot()
-        self._judge()
+        await self._judge()
         return self.snapshot()
 
     def snapshot(self) -> Snapshot:
@@ -251,7 +256,9 @@ class JobRunner:
             failpoints.hit(failpoints.AFTER_INTENT)
             try:
                 info = await self.provider.create_batch(
-                    self._shard_lines(shard), {"barge_job": self.tag, "barge_shard": shard}
+                    self._shard_lines(shard),
+                    {"barge_job": self.tag, "barge_shard": shard},
+                    output_expires_after=self._retention()[1] * retention.DAY,
                 )
             except Transient as exc:
                 # The create may still have landed (a 500 after accept): the next step adopts or releases.
@@ -463,6 +470,7 @@ class JobRunner:
         if live:
             message += f"; batches not collected (kept in the ledger): {', '.join(live[:20])}"
         self._fail(message)
+        await self._clean_up()
 
     def _fail(self, message: str, *, write: bool = True) -> None:
         self.ledger.set_job(self.job.key, fatal=message, phase="Failed", completed_at=self.clock())
@@ -470,7 +478,18 @@ class JobRunner:
         if write:
             write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
 
-    def _judge(self) -> None:
+    def _retention(self) -> tuple[bool, int]:
+        s = self.settings
+        return retention.choose(self.job.spec.retention, s.delete_provider_copies, s.output_expires_after_days)
+
+    async def _clean_up(self) -> bool:
+        """Delete the provider copies of ingested batches (call only once outputs are written); True: none pending."""
+        job, delete = self.job.key, self._retention()[0]
+        return (
+            await retention.clean_up(self.ledger, job, self.provider, delete=delete, on_event=self.on_event)
+        ).pending == 0
+
+    async def _judge(self) -> None:
         counts = self.ledger.counts(self.job.key)
         if any(counts.get(s) for s in ("pending", "submitting", "submitted")):
             return
@@ -485,6 +504,8 @@ class JobRunner:
         ratio = Decimal(good) / Decimal(total)
         phase = "Succeeded" if ratio >= self.job.spec.ratio else "Failed"
         write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
+        if not await self._clean_up():  # the final phase waits until no provider copy is pending
+            return
         self.ledger.set_job(self.job.key, phase=phase, completed_at=self.clock())
         self.on_event(
             "Completed" if phase == "Succeeded" else "Failed",

@@ -102,7 +102,13 @@ batches = Table(
     Column("cache_write_tokens", Integer, nullable=False, default=0),
     # requests the provider let expire (its 24 h window), counted in the same transactions; read by the metrics
     Column("expired", Integer, nullable=False, default=0),
+    # what Barge deleted at the provider after ingestion: "" (nothing yet: a pending cleanup once `ingested`),
+    # "done", or "kept" (retention turned off). See batch/retention.py.
+    Column("cleanup", String(8), nullable=False, default=""),
 )
 
 #: Columns added after a table's first release: (table, column, SQL type and default), added when missing.
-ADDED_COLUMNS = (("batches", "expired", "INTEGER NOT NULL DEFAULT 0"),)
+ADDED_COLUMNS = (
+    ("batches", "expired", "INTEGER NOT NULL DEFAULT 0"),
+    ("batches", "cleanup", "VARCHAR(8) NOT NULL DEFAULT ''"),
+)

@@ -64,6 +64,8 @@ class Context:
             min_batch_window=self.config.min_batch_window,
             max_shard_requests=self.config.max_shard_requests,
             max_shard_bytes=self.config.max_shard_bytes,
+            delete_provider_copies=self.config.delete_provider_copies,
+            output_expires_after_days=self.config.output_expires_after_days,
         )
 
     @property

@@ -87,7 +87,10 @@ class AnthropicProvider:
     def encode(self, request: Request) -> bytes:
         return encode_anthropic(request)
 
-    async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
+    async def create_batch(
+        self, lines: Iterable[bytes], metadata: dict[str, str], *, output_expires_after: int = 0
+    ) -> BatchInfo:
+        # output_expires_after: Anthropic has no such setting (results are kept 29 days); delete_objects is the cure
         async def body() -> AsyncIterator[bytes]:
             # Streamed (chunked) straight from the ledger: memory stays flat whatever the shard's size.
             yield b'{"requests":['
@@ -142,6 +145,15 @@ class AnthropicProvider:
                     yield result_from_line(orjson.loads(line))
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
+
+    async def delete_objects(self, batch_id: str) -> int:
+        try:
+            await self.client.messages.batches.delete(batch_id)
+        except anthropic.NotFoundError:
+            return 0
+        except anthropic.APIError as exc:
+            raise from_sdk(exc, anthropic) from exc
+        return 1
 
     async def complete(self, request: Request) -> Result:
         try:

@@ -87,8 +87,11 @@ class BatchProvider(Protocol):
         """The request as it travels in a batch (one JSONL line, or one element of a JSON list)."""
         ...
 
-    async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
-        """Create one batch from encoded requests (sharding is the engine's job)."""
+    async def create_batch(
+        self, lines: Iterable[bytes], metadata: dict[str, str], *, output_expires_after: int = 0
+    ) -> BatchInfo:
+        """Create one batch from encoded requests (sharding is the engine's job). `output_expires_after`: seconds
+        the provider keeps the output and error files (OpenAI, Azure; 0 = the provider's default)."""
         ...
 
     async def retrieve(self, batch_id: str) -> BatchInfo: ...
@@ -105,6 +108,12 @@ class BatchProvider(Protocol):
 
     async def complete(self, request: Request) -> Result:
         """The synchronous path (deadline fallback, workers, engine pools). Raises Fatal for job-wide errors."""
+        ...
+
+    async def delete_objects(self, batch_id: str) -> int:
+        """Delete what the provider still holds of an ended, ingested batch: the input, output and error files
+        (OpenAI, Azure: their batches cannot be deleted) or the batch with its results (Anthropic). What is already
+        gone counts as deleted, so a retry after a crash is safe. Returns how many objects were deleted now."""
         ...
 
     async def close(self) -> None: ...

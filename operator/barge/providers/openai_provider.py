@@ -98,22 +98,52 @@ class OpenAIProvider:
     def encode(self, request: Request) -> bytes:
         return self._encode(request)
 
-    async def create_batch(self, lines: Iterable[bytes], metadata: dict[str, str]) -> BatchInfo:
+    async def create_batch(
+        self, lines: Iterable[bytes], metadata: dict[str, str], *, output_expires_after: int = 0
+    ) -> BatchInfo:
+        expiry: Any = {"anchor": "created_at", "seconds": output_expires_after} if output_expires_after else openai.omit
         try:
             with tempfile.TemporaryFile(prefix="barge-batch-", suffix=".jsonl") as spool:
                 for line in lines:
                     spool.write(line + b"\n")
                 spool.seek(0)
                 uploaded = await self.client.files.create(file=("batch.jsonl", spool), purpose="batch")
+        except openai.APIError as exc:
+            raise from_sdk(exc, openai) from exc
+        try:
             batch = await self._create_client.batches.create(
                 input_file_id=uploaded.id,
                 endpoint=self.url,  # type: ignore[arg-type]
                 completion_window="24h",
                 metadata=metadata or None,
+                output_expires_after=expiry,
             )
         except openai.APIError as exc:
-            raise from_sdk(exc, openai) from exc
+            error = from_sdk(exc, openai)
+            if isinstance(error, Invalid):  # refused for sure: no batch will read the file, so it goes now
+                await self._delete_file(uploaded.id)
+            raise error from exc
         return _info(batch)
+
+    async def _delete_file(self, file_id: str) -> int:
+        """1 if deleted now, 0 if it was already gone (a 404 means exactly that)."""
+        try:
+            await self.client.files.delete(file_id)
+        except openai.NotFoundError:
+            return 0
+        except openai.APIError as exc:
+            raise from_sdk(exc, openai) from exc
+        return 1
+
+    async def delete_objects(self, batch_id: str) -> int:
+        try:
+            batch = await self.client.batches.retrieve(batch_id)
+        except openai.NotFoundError:
+            return 0
+        except openai.APIError as exc:
+            raise from_sdk(exc, openai) from exc
+        files = (batch.input_file_id, batch.output_file_id, batch.error_file_id)
+        return sum([await self._delete_file(f) for f in files if f])  # None or Azure's "": no file
 
     async def retrieve(self, batch_id: str) -> BatchInfo:
         try:
