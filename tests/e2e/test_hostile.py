@@ -17,6 +17,7 @@ import yaml
 from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
+from barge.ledger import Ledger
 from tests.conftest import state
 from tests.e2e.conftest import Operator, wait_for
 from tests.e2e.test_operator import apply, job_manifest, phase_is, secret, status
@@ -254,3 +255,41 @@ def test_ledger_lost_under_a_running_job_makes_no_second_batch(
     st = status(cluster, namespace, "amnesia")
     assert [b["id"] for b in st["batches"]] == [state(slow)["batches"][0]["id"]], "the status keeps the record"
     assert any(e["reason"] == "LedgerMismatch" for e in events(cluster, namespace, "amnesia"))
+
+
+def test_delete_during_submission_cancels_every_batch(
+    cluster: Cluster, namespace: str, operator: Operator, start_emulator: Any
+) -> None:
+    """`kubectl delete` while the daemon is creating shards (200 requests each here): the delete handler waits
+    for the create in flight and the daemon creates nothing after it, so no batch is left running unseen."""
+    slow = start_emulator({"batch": {"processingSeconds": 300, "cancelSeconds": 0.2}})
+    secret(cluster, namespace)
+    apply(cluster, namespace, job_manifest("racer", slow.url, operator.workdir, n=4000))
+    wait_for(lambda: state(slow)["batches"], 120, "the first batch")
+    cluster.run_kubectl("-n", namespace, "delete", "lbj", "racer", "--wait=true", "--timeout=120s")
+    time.sleep(2)  # a daemon that kept going would create more batches now
+    batches = state(slow)["batches"]
+    assert 1 <= len(batches) < 20
+    assert all(slow.store.batches[b["id"]].cancel_at is not None for b in batches), "every batch was cancelled"
+
+
+def test_delete_without_the_secret_names_what_it_could_not_cancel(
+    cluster: Cluster, namespace: str, operator: Operator, start_emulator: Any
+) -> None:
+    slow = start_emulator({"batch": {"processingSeconds": 300}})
+    secret(cluster, namespace)
+    apply(cluster, namespace, job_manifest("orphaned", slow.url, operator.workdir, n=30))
+    wait_for(lambda: status(cluster, namespace, "orphaned").get("batches"), 60, "a batch")
+    (batch,) = state(slow)["batches"]
+    uid = json.loads(cluster.run_kubectl("-n", namespace, "get", "lbj", "orphaned", "-o", "json").stdout)["metadata"][
+        "uid"
+    ]
+    cluster.run_kubectl("-n", namespace, "delete", "secret", "anthropic")
+    cluster.run_kubectl("-n", namespace, "delete", "lbj", "orphaned", "--wait=true", "--timeout=60s")
+    assert cluster.run_kubectl("-n", namespace, "get", "lbj", "orphaned", check=False).returncode != 0
+    warnings = [e for e in events(cluster, namespace, "orphaned") if e["reason"] == "CancelFailed"]
+    assert warnings
+    assert batch["id"] in warnings[0]["message"]
+    assert warnings[0]["type"] == "Warning"
+    kept = Ledger(str(operator.workdir / "l.db")).batches_of(f"{namespace}/orphaned/{uid}")
+    assert [(b["batch_id"], b["canceled"]) for b in kept] == [(batch["id"], False)], "kept in the ledger"

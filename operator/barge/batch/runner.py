@@ -8,6 +8,8 @@ decision is derived from the ledger, so a process killed anywhere resumes withou
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
-from barge.batch import budget, failpoints, plan, planner, prices, retention
+from barge.batch import adoption, budget, failpoints, plan, planner, prices, retention
 from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
 from barge.batch.ingest import give_up, ingest, report_events
@@ -102,6 +104,8 @@ class JobRunner:
         on_event: Event | None = None,
         sync_only: bool = False,
         sync_limits: tuple[int, int, int] | None = None,
+        guard: asyncio.Lock | None = None,
+        halted: Callable[[], bool] = lambda: False,
     ) -> None:
         self.job = job
         self.provider = provider
@@ -116,6 +120,11 @@ class JobRunner:
         self.factory = plan.RequestFactory(job.model, job.spec.request)
         self.tag = hashlib.sha256(job.key.encode()).hexdigest()[:32]
         self.unknown: list[str] = []
+        self.guard = guard or asyncio.Lock()
+        """Held around each batch create and its record; the operator's delete handler takes it too."""
+        self.halted = halted
+        self._inflight: asyncio.Future[bool] | None = None
+        """True once the job is being deleted: no new batch is created."""
 
     # --- the step ---------------------------------------------------------------------------------------------
     async def step(self) -> Snapshot:
@@ -247,10 +256,28 @@ class JobRunner:
         self.ledger.set_sizes(self.job.key, sizes)
 
     async def _submit(self) -> None:
-        key = self.job.key
         if not self.budget.within(self.on_event):
             return
         for first, last, count, tries in list(self._shards()):
+            # Shielded: a daemon cancelled mid-create (the job is being deleted) still records what it created,
+            # and holds the guard until then, so the delete handler sees and cancels that batch too.
+            self._inflight = asyncio.ensure_future(self._create(first, last, count, tries))
+            if not await asyncio.shield(self._inflight):
+                return
+
+    async def settle(self) -> None:
+        """Wait for a create the caller stopped waiting for (it was cancelled): the provider must stay open
+        until that batch is recorded."""
+        if self._inflight is not None and not self._inflight.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._inflight)
+
+    async def _create(self, first: int, last: int, count: int, tries: int) -> bool:
+        """Intent, create, record for one shard; False when submission should stop for this step."""
+        key = self.job.key
+        async with self.guard:  # the delete handler waits for a create in flight to be recorded
+            if self.halted():  # the job is being deleted: nothing new is created
+                return False
             shard = f"s{self.ledger.intent_count(key):05d}"
             self.ledger.open_intent(key, shard, tries + 1, first, last, count)
             failpoints.hit(failpoints.AFTER_INTENT)
@@ -265,7 +292,7 @@ class JobRunner:
                 self.on_event(
                     "CreateUncertain", f"shard {shard}: {exc.message}; reconciling before retrying", "Warning"
                 )
-                return
+                return False
             except Invalid as exc:
                 self.ledger.abandon_intent(key, shard)
                 rejected = [
@@ -275,15 +302,14 @@ class JobRunner:
                 ]
                 self.ledger.apply(key, rejected)
                 self.on_event("BatchRejected", f"shard {shard} rejected: {exc.message}", "Warning")
-                continue
+                return True
             except Fatal:
                 self.ledger.abandon_intent(key, shard)
                 raise
             failpoints.hit(failpoints.AFTER_CREATE)
             self._record(shard, tries + 1, count, info)
-            self.on_event(
-                "Submitted", f"batch {info.id}: {count} requests (shard {shard}, attempt {tries + 1})", "Normal"
-            )
+        self.on_event("Submitted", f"batch {info.id}: {count} requests (shard {shard}, attempt {tries + 1})", "Normal")
+        return True
 
     def _record(self, shard: str, attempt: int, requests: int, info: BatchInfo) -> None:
         self.ledger.record_batch(
@@ -298,42 +324,9 @@ class JobRunner:
         )
 
     async def _reconcile_intents(self) -> None:
-        """Open intents after a crash or an uncertain create: adopt the batch if it exists, else release."""
-        open_intents = self.ledger.intents_open(self.job.key)
-        if not open_intents:
-            return
-        known = self.ledger.all_batch_ids()
-        recent = [b for b in await self.provider.list_recent(100) if b.id not in known]
-        for intent in open_intents:
-            found = next(
-                (
-                    b
-                    for b in recent
-                    if b.metadata.get("barge_job") == self.tag and b.metadata.get("barge_shard") == intent["shard"]
-                ),
-                None,
-            )
-            if found is None and self.provider.name == "anthropic":  # no metadata: time window + size
-                start, end = intent["created_at"] - 60, intent["created_at"] + self.settings.adopt_window
-                found = next(
-                    (
-                        b
-                        for b in sorted(recent, key=lambda b: b.created_at)
-                        if start <= b.created_at.timestamp() <= end and b.request_count == intent["requests"]
-                    ),
-                    None,
-                )
-            if found is not None:
-                recent.remove(found)
-                self._record(intent["shard"], intent["attempt"], intent["requests"], found)
-                self.on_event(
-                    "Adopted",
-                    f"batch {found.id} adopted for shard {intent['shard']} (created before a "
-                    "crash or an uncertain answer)",
-                    "Normal",
-                )
-            else:
-                self.ledger.abandon_intent(self.job.key, intent["shard"])
+        await adoption.reconcile_intents(
+            self.ledger, self.job.key, self.provider, self.tag, self.settings.adopt_window, self._record, self.on_event
+        )
 
     # --- polling and ingestion ----------------------------------------------------------------------------------
     async def _poll(self, *, cutoff_done: bool = False) -> None:

@@ -96,4 +96,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     @on.on.delete(GROUP, VERSION, jobs.PLURAL, registry=registry, optional=False)
     async def llmbatchjob_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        await jobs.cancel_on_delete(memo["ctx"], body)
+        def post(reason: str, message: str, kind: str) -> None:
+            kopf.event(body, type=kind, reason=reason, message=message[:1000])
+
+        await jobs.cancel_on_delete(memo["ctx"], body, post)

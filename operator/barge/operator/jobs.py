@@ -8,6 +8,7 @@ so an operator restarted at any moment resumes every job without duplicate batch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -53,6 +54,13 @@ class Context:
     ledger_errors: int = 0
     step_errors: dict[str, int] = field(default_factory=dict)
     """fault reason -> steps that failed with it (barge_job_step_errors_total)."""
+    guards: dict[str, asyncio.Lock] = field(default_factory=dict)
+    """job key -> lock held around each batch create and by the delete handler (they never interleave)."""
+    deleting: set[str] = field(default_factory=set)
+    """Jobs whose delete handler started: their daemon creates nothing more."""
+
+    def guard(self, key: str) -> asyncio.Lock:
+        return self.guards.setdefault(key, asyncio.Lock())
 
     @property
     def objects(self) -> Objects:
@@ -216,7 +224,7 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
     current: dict[str, Any] = dict(body.get("status") or {})
     key = job_key(meta)
     failures = 0
-    while not stopped:
+    while not stopped and key not in ctx.deleting:
         generation = int(body["metadata"].get("generation") or 0)
         interval = ctx.config.poll_seconds * random.uniform(0.8, 1.2)
         held_by = (body["metadata"].get("annotations") or {}).get(schedule.HELD)
@@ -284,6 +292,7 @@ async def _step(
 ) -> Snapshot:
     """One engine step of the job: resolve its provider and input, step, close the provider."""
     target = await target_for(ctx, meta["namespace"], spec)
+    runner: JobRunner | None = None
     try:
         job = await build_job(ctx, meta, spec, target.model, status)
         runner = JobRunner(
@@ -295,9 +304,13 @@ async def _step(
             on_event=post,
             sync_only=target.sync_only,
             sync_limits=(target.concurrency, target.requests_per_minute, target.tokens_per_minute),
+            guard=ctx.guard(job.key),
+            halted=lambda: job.key in ctx.deleting,
         )
         return await runner.step()
     finally:
+        if runner is not None:
+            await runner.settle()  # a create in flight is recorded before the provider closes
         await target.provider.close()
 
 
@@ -333,29 +346,45 @@ async def _deadline(
     return True
 
 
-async def cancel_on_delete(ctx: Context, body: Any) -> None:
-    """Finalizer: cancel the job's in-flight provider batches; the ledger rows stay (they are the audit trail)."""
+async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
+    """Finalizer: cancel the job's in-flight provider batches; the ledger rows stay (they are the audit trail).
+
+    It waits for a batch create in flight to be recorded (the per-job guard), and the daemon creates nothing
+    after it started. Deletion never blocks on the provider: a job whose Secret, provider or spec is gone is
+    deleted anyway, and the batches it could not cancel are named in a Warning event and kept in the ledger."""
     meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}
     key = job_key(meta)
-    live = ctx.ledger.batches_of(key, live_only=True)
-    if not live:
-        return
-    try:
-        provider = (
-            await target_for(ctx, meta["namespace"], LLMBatchJobSpec.model_validate(dict(body["spec"])))
-        ).provider
-    except (NotFound, ValidationError) as exc:
-        log.warning("%s deleted with %d batches in flight that cannot be cancelled: %s", key, len(live), exc)
-        return
-    try:
-        for batch in live:
+    ctx.deleting.add(key)
+    async with ctx.guard(key):
+        live = [b["batch_id"] for b in ctx.ledger.batches_of(key, live_only=True)]
+        if not live:
+            return
+        failed: list[str] = []
+        why = ""
+        try:
+            spec = LLMBatchJobSpec.model_validate(dict(body["spec"]))
+            provider = (await target_for(ctx, meta["namespace"], spec)).provider
+        except Exception as exc:  # no Secret, no pool, a bad spec or key: nothing can be cancelled
+            failed, why = live, f"{type(exc).__name__}: {exc}"
+        else:
             try:
-                await provider.cancel(batch["batch_id"])
-                ctx.ledger.set_batch(key, batch["batch_id"], canceled=True)
-            except ProviderError as exc:
-                log.warning("cancel of %s for deleted %s failed: %s", batch["batch_id"], key, exc)
-    finally:
-        await provider.close()
+                for batch_id in live:
+                    try:
+                        await provider.cancel(batch_id)
+                        ctx.ledger.set_batch(key, batch_id, canceled=True)
+                    except ProviderError as exc:
+                        failed.append(batch_id)
+                        why = f"{exc.error_type}: {exc.message}"
+            finally:
+                await provider.close()
+    ctx.guards.pop(key, None)
+    if failed:
+        message = bound(
+            f"deleted with {len(failed)} batches that could not be cancelled (kept in the ledger, still billed "
+            f"if they run): {', '.join(failed[:20])}; {why}"
+        )
+        log.warning("%s: %s", key, message)
+        post("CancelFailed", message, "Warning")
 
 
 async def observe_generation(ctx: Context, body: Any) -> None:
