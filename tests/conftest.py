@@ -35,7 +35,7 @@ def _wait_established(cluster: localcluster.Cluster, names: list[str]) -> None:
         while True:
             out = cluster.run_kubectl("get", "crd", name, "-o", "json", check=False)
             if out.returncode == 0:
-                conds = json.loads(out.stdout).get("status", {}).get("conditions", [])
+                conds = (json.loads(out.stdout).get("status") or {}).get("conditions") or []
                 if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
                     break
             if time.monotonic() > deadline:

@@ -4,8 +4,8 @@
 --   generation not yet observed -> Progressing   Stalled=True (Failed, DeadlineExceeded, BudgetExceeded,
 --   Ready=True (Succeeded)      -> Healthy       InvalidSpec) -> Degraded, "<reason>: <message>"
 --   Ready=True (Suspended)      -> Healthy       Reconciling=True (running, waiting) -> Progressing
--- A suspended job is Healthy, not Suspended: Argo CD's Suspended holds a sync wave (and a multi-wave sync
--- operation) until the job is resumed; the message says it is suspended.
+-- A suspended job is Healthy, not Suspended: Argo CD's Suspended holds its sync wave (and every later wave)
+-- until the job is resumed; the message says it is suspended.
 local hs = {}
 
 local function thousands(n)
