@@ -15,7 +15,7 @@ import yaml
 from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
-from tests.conftest import kubectl_json, state
+from tests.conftest import REPO, kubectl_json, state
 from tests.e2e.argocd import ArgoCD, GitRepo, health, node_health, operation, resource, sync_status
 from tests.e2e.conftest import Operator, wait_for
 from tests.e2e.test_operator import job_manifest, secret
@@ -280,3 +280,33 @@ def test_suspend_selfheal_prune_invalid_and_failed_through_git(
     assert res["message"].startswith("Failed: ")
     assert lbj(cluster, namespace, "nightly-unpaid")["status"]["message"] in res["message"]
     assert sync_status(app) == "Synced"
+
+
+def test_an_application_of_the_chart_installs_barge(
+    cluster: Cluster, namespace: str, argo: ArgoCD, repo: GitRepo
+) -> None:
+    """Argo CD's repo-server renders charts/barge with helm (4.3.2, from its Go module) from the Git repository
+    and the controller applies it. No kubelet runs here, so the operator's Deployment stays Progressing."""
+    files = {
+        str(path.relative_to(REPO)): path.read_text()
+        for path in sorted((REPO / "charts" / "barge").rglob("*"))
+        if path.is_file()
+    }
+    repo.commit(files, "the Barge chart")
+    argo.create_app("barge", repo, "charts/barge", namespace, helm=True)
+    watch = Watch(argo, "barge")
+    app = watch.until(
+        lambda a: sync_status(a) == "Synced" and operation(a).get("phase") == "Succeeded", 240, "the chart synced"
+    )
+    resources = app["status"]["resources"]
+    kinds = {r["kind"] for r in resources}
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"} <= kinds
+    for res in resources:
+        assert res["status"] == "Synced", res
+        where = ["-n", res["namespace"]] if res.get("namespace") else []
+        kind = f"{res['kind'].lower()}.{res['group']}" if res.get("group") else res["kind"].lower()
+        found = cluster.run_kubectl(*where, "get", kind, res["name"], "-o", "name", check=False)
+        assert found.returncode == 0, f"{res['kind']}/{res['name']} is missing: {found.stderr}"
+    deployment = next(r for r in resources if r["kind"] == "Deployment")
+    assert node_health(watch.tree, "Deployment", deployment["name"]).get("status") == "Progressing"
+    assert health(app) == "Progressing", "no kubelet: the operator's pod never runs here"

@@ -143,11 +143,13 @@ def test_pool_kstatus_on_the_api_server(cluster: Cluster, namespace: str, operat
         },
     }
     apply(cluster, namespace, json.dumps(pool))
-    kubectl_wait(cluster, namespace, "inferencepool/hosted", "condition=Stalled", 60)
+    # Long timeouts: right after CRDs are installed the API server may answer 429 ("storage is (re)initializing")
+    # to the pool handler's list calls, and Kopf retries a failed handler after 60 s.
+    kubectl_wait(cluster, namespace, "inferencepool/hosted", "condition=Stalled", 180)
     stalled = conditions(kubectl_json(cluster, "-n", namespace, "get", "inferencepool", "hosted"))["Stalled"]
     assert stalled["reason"] == "SecretNotFound"
     secret(cluster, namespace)
-    kubectl_wait(cluster, namespace, "inferencepool/hosted", "condition=Ready", 60)
+    kubectl_wait(cluster, namespace, "inferencepool/hosted", "condition=Ready", 180)
     body = kubectl_json(cluster, "-n", namespace, "get", "inferencepool", "hosted")
     assert conditions(body)["Stalled"]["status"] == "False"
     assert body["status"]["observedGeneration"] == body["metadata"]["generation"]

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from barge.operator import kstatus, pools, status
+from barge.batch.faults import StepFault
+from barge.operator import faultstatus, kstatus, pools, status
 
 
 def cond(type_: str, ok: bool, reason: str = "R", message: str = "") -> dict[str, str]:
@@ -58,6 +59,9 @@ ADMITTED = cond("Admitted", True, "Planned")
         ("FallingBack", [ADMITTED, cond("DeadlineExceeded", True)], ("Reconciling", "FallingBack"), "InProgress"),
         ("Submitting", [ADMITTED], ("Reconciling", "Submitting"), "InProgress"),
         ("Retrying", [ADMITTED], ("Reconciling", "Retrying"), "InProgress"),
+        ("Running", [ADMITTED, cond("StepFailed", True, "LedgerError")], ("Reconciling", "LedgerError"), "InProgress"),
+        ("Failed", [ADMITTED, cond("StepFailed", True, "X"), cond("DeadlineExceeded", True)],
+         ("Stalled", "DeadlineExceeded"), "Failed"),
     ],
 )  # fmt: skip
 def test_job_table(phase: str, domain: list[dict[str, str]], expected: tuple[str, str], reading: str) -> None:
@@ -142,3 +146,17 @@ def test_status_carries_kstatus_next_to_domain_conditions_with_integer_generatio
 )  # fmt: skip
 def test_jobs_run_on_a_pool_that_serves_not_on_kstatus_ready(body: dict[str, Any], ready: bool) -> None:
     assert pools.is_ready(body) is ready
+
+
+def test_a_job_that_failed_at_its_deadline_while_steps_failed_is_stalled() -> None:
+    order = ("Ready", "Reconciling", "Stalled")
+
+    def ours(status_: dict[str, Any]) -> list[dict[str, str]]:
+        return sorted((c for c in status_["conditions"] if c["type"] in order), key=lambda c: order.index(c["type"]))
+
+    running = {"phase": "Running", "conditions": kstatus.job_conditions("Running", [ADMITTED], "m")}
+    fault = StepFault("LedgerError", "database is locked", transient=True)
+    stepping = faultstatus.fault_status(running, fault, 1, planned=True)
+    assert true_one(ours(stepping)) == ("Reconciling", "LedgerError")
+    failed = faultstatus.failed_at_deadline(stepping, fault, 1)
+    assert true_one(ours(failed)) == ("Stalled", "DeadlineExceeded")

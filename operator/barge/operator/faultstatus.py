@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from barge.batch.faults import StepFault
+from barge.operator import kstatus
 from barge.operator.status import merge_conditions, now_rfc3339
 
 STEP_FAILED = "StepFailed"
@@ -23,11 +24,20 @@ def fault_status(old: dict[str, Any], fault: StepFault, generation: int, *, plan
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "message": message,
-        "conditions": merge_conditions(old.get("conditions", []), conds, generation, now_rfc3339()),
+        "conditions": _with_kstatus(old, conds, "" if planned else "Pending", message, generation, now_rfc3339()),
     }
     if not planned:
         status["phase"] = "Pending"
     return status
+
+
+def _with_kstatus(
+    old: dict[str, Any], conds: list[dict[str, str]], phase: str, message: str, generation: int, now: str
+) -> list[dict[str, Any]]:
+    """`conds` merged into the old conditions, then Ready/Reconciling/Stalled recomputed from the result."""
+    merged = merge_conditions(old.get("conditions", []), conds, generation, now)
+    ours = kstatus.job_conditions(phase or str(old.get("phase") or "Pending"), merged, message)
+    return merge_conditions(merged, ours, generation, now)
 
 
 def failed_at_deadline(old: dict[str, Any], fault: StepFault, generation: int) -> dict[str, Any]:
@@ -45,7 +55,7 @@ def failed_at_deadline(old: dict[str, Any], fault: StepFault, generation: int) -
         "observedGeneration": generation,
         "message": message,
         "completedAt": now,
-        "conditions": merge_conditions(old.get("conditions", []), conds, generation, now),
+        "conditions": _with_kstatus(old, conds, "Failed", message, generation, now),
     }
 
 

@@ -18,6 +18,7 @@ LLMBatchJob (first matching row wins; the one True condition and its reason; the
 | phase Pending, `BudgetExceeded=True` (held by the budget)             | Stalled `BudgetExceeded`          |
 | phase Succeeded                                                       | Ready `Succeeded`                 |
 | phase Suspended                                                       | Ready `Suspended`                 |
+| `StepFailed=True` (a step keeps failing; retried every poll)          | Reconciling (the fault's reason)  |
 | phase Pending, `Admitted=False` (waiting for a Secret, pool or input) | Reconciling (the Admitted reason) |
 | Pending, Submitting, Running, Retrying, FallingBack                   | Reconciling (the phase)           |
 
@@ -109,6 +110,9 @@ def job_conditions(phase: str, conditions: Iterable[Mapping[str, str]], message:
         return _three("Stalled", "BudgetExceeded", message)
     if phase in ("Succeeded", "Suspended"):
         return _three("Ready", phase, message)
+    step = by.get("StepFailed", {})
+    if step.get("status") == "True":
+        return _three("Reconciling", str(step.get("reason") or "StepFailed"), message)
     if phase == "Pending" and admitted.get("status") == "False":
         return _three("Reconciling", str(admitted.get("reason") or "Pending"), message)
     return _three("Reconciling", phase or "Pending", message)
