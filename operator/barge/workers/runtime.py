@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter
+from barge.batch.sandbox import BoundedSandbox, render_bounded
 from barge.providers.base import BatchProvider, Outcome, Request
 from barge.providers.errors import Fatal
 from barge.storage import StorageError, StoragePolicy, join, locate, read_text, write_lines
@@ -30,6 +30,7 @@ log = logging.getLogger("barge.worker")
 SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 DEAD_LETTER_REASONS = ("invalid", "infrastructure")
 OUTCOMES = ("succeeded", "refused", "duplicate", "abandoned")
+UNSAVED_MAX = 1000  # answers kept in memory while the output store is down
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,10 @@ class Metrics:
         self.waits = Counter(
             "barge_worker_limiter_wait_seconds", "Seconds spent waiting on the rate limiter", names, registry=r
         ).labels(*ids)
+        self.errors = _Bound(
+            Counter("barge_worker_errors", "Messages that failed unexpectedly, by kind", [*names, "kind"], registry=r),
+            *ids,
+        )
         self.in_flight = Gauge("barge_worker_in_flight", "Messages being processed", names, registry=r).labels(*ids)
         self.backlog = Gauge(
             "barge_worker_backlog", "Messages waiting in the queue, sampled by this replica", names, registry=r
@@ -123,6 +128,8 @@ class Metrics:
             self.dead.labels(reason)
         for outcome in OUTCOMES:
             self.processed.labels(outcome)
+        for kind in ("storage", "internal"):
+            self.errors.labels(kind)
 
 
 class Worker:
@@ -138,9 +145,11 @@ class Worker:
         self._sampled = 0.0
         # A one-second burst: the replica paces itself instead of spending a minute of quota at start-up.
         self.limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute, burst_seconds=1.0)
-        self.template = ImmutableSandboxedEnvironment(undefined=StrictUndefined).from_string(settings.template)
+        self.sandbox = BoundedSandbox()
+        self.template = self.sandbox.from_string(settings.template)
         self.stopping = asyncio.Event()
         self.model_calls = 0
+        self._unsaved: dict[str, dict[str, Any]] = {}  # answers the output store refused, until saved
         self._locks: dict[str, asyncio.Lock] = {}  # one answer per correlationId, even for duplicates in one batch
 
     def _result_url(self, correlation_id: str) -> str:
@@ -149,6 +158,17 @@ class Worker:
     def _answered(self, correlation_id: str) -> bool:
         fs, path = locate(self._result_url(correlation_id), self.settings.storage)
         return bool(fs.exists(path))
+
+    def _save(self, correlation_id: str, record: dict[str, Any]) -> None:
+        """Upsert the answer; if the store fails, keep it (bounded) for the redelivery, which must not pay again."""
+        try:
+            write_lines(self._result_url(correlation_id), [json.dumps(record).encode()], self.settings.storage)
+        except Exception:
+            if len(self._unsaved) >= UNSAVED_MAX:
+                self._unsaved.pop(next(iter(self._unsaved)))
+            self._unsaved[correlation_id] = record
+            raise
+        self._unsaved.pop(correlation_id, None)
 
     def _payload(self, envelope: dict[str, Any]) -> dict[str, Any]:
         if "payload" in envelope:
@@ -169,28 +189,58 @@ class Worker:
             if not SAFE_ID.match(correlation_id):
                 raise ValueError(f"correlationId {correlation_id!r} must match {SAFE_ID.pattern}")
             tenant = str(envelope.get("tenant", ""))
-        except (ValueError, KeyError, TypeError) as exc:
-            await self.queue.dead_letter(message, "invalid", f"malformed message: {exc}")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # deep JSON included
+            await self.queue.dead_letter(message, "invalid", bound(f"malformed message: {exc}", 500))
             self.metrics.dead.labels("invalid").inc()
             return "dead:invalid"
         lock = self._locks.setdefault(correlation_id, asyncio.Lock())
         try:
             async with lock:
                 return await self._answer(message, envelope, correlation_id, tenant)
+        except Exception as exc:  # one message's trouble never escapes: its siblings and the replica go on
+            return await self._failed(message, exc)
         finally:
             if not lock.locked():
                 self._locks.pop(correlation_id, None)
+
+    async def _failed(self, message: Message, exc: Exception) -> str:
+        """Anything unexpected (an output-store outage, a provider glitch): counted by kind, abandoned for
+        redelivery, dead-lettered once the message has been delivered max_deliveries times."""
+        kind = "storage" if isinstance(exc, StorageError | OSError) else "internal"
+        self.metrics.errors.labels(kind).inc()
+        log.warning("message %s failed (%s): %s", message.id, kind, exc)
+        try:
+            if message.deliveries >= self.settings.max_deliveries:
+                await self.queue.dead_letter(
+                    message, "infrastructure", bound(f"{kind}: {exc} after {message.deliveries} deliveries", 500)
+                )
+                self.metrics.dead.labels("infrastructure").inc()
+                return "dead:infrastructure"
+            await self.queue.abandon(message)
+        except Exception as again:  # the queue itself is failing: the message is redelivered after its timeout
+            log.warning("cannot settle message %s: %s", message.id, again)
+            return "unsettled"
+        self.metrics.processed.labels("abandoned").inc()
+        return "abandoned"
 
     async def _answer(self, message: Message, envelope: dict[str, Any], correlation_id: str, tenant: str) -> str:
         if self._answered(correlation_id):
             await self.queue.complete(message)
             self.metrics.processed.labels("duplicate").inc()
             return "duplicate"
+        if correlation_id in self._unsaved:  # answered, but the store failed: save again, never pay again
+            self._save(correlation_id, self._unsaved[correlation_id])
+            await self.queue.complete(message)
+            self.metrics.processed.labels("duplicate").inc()
+            return "duplicate"
         try:
             payload = self._payload(envelope)
-            user = self.template.render(**payload)
-        except (ValueError, TemplateError, StorageError, OSError) as exc:
-            await self.queue.dead_letter(message, "invalid", str(exc))
+            # A dict, not keywords: a payload key such as "self" must not clash with render()'s own parameters.
+            user = render_bounded(self.template.generate(payload), self.sandbox.limits.max_output)
+        except (StorageError, OSError):
+            raise  # the store, not the message: redelivered (see _failed)
+        except Exception as exc:  # the message's own fault (bad JSON, template error or limit): never retried
+            await self.queue.dead_letter(message, "invalid", bound(str(exc) or type(exc).__name__, 500))
             self.metrics.dead.labels("invalid").inc()
             return "dead:invalid"
         before = self.limiter.waited
@@ -222,7 +272,7 @@ class Worker:
                 "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
                 "metadata": envelope.get("metadata") or {},
             }
-            write_lines(self._result_url(correlation_id), [json.dumps(record).encode()], self.settings.storage)
+            self._save(correlation_id, record)
             await self.queue.complete(message)
             self.metrics.processed.labels(result.outcome.value).inc()
             self.metrics.tokens.labels(tenant, "input").inc(result.usage.input_tokens)
