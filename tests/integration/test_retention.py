@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from barge.batch import prices
 from barge.batch.runner import JobRunner
 from barge.emulator.server import EmulatorThread
 from barge.ledger import Ledger
+from barge.ledger.schema import items, payloads
 from tests.conftest import Factory, state
+from tests.e2e.test_ha import fresh_database
 from tests.integration.test_crash_safety import N_ITEMS, barge_run, manifest
 from tests.integration.test_engine import FAST, check_accounting, make_job, provider_for, run_to_end
 
@@ -93,3 +98,80 @@ def test_sigkill_around_cleanup(start_emulator: Factory, tmp_path: Path, kind: s
     assert {cleanup for _, _, cleanup in ledger_cleanup(ledger)} == {"done"}
     results = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert sorted(json.loads(r)["id"] for r in results) == [f"i{n:03d}" for n in range(N_ITEMS)]
+
+
+def ledger_texts(url: str, job: str) -> tuple[int, int]:
+    """(payload rows, outputs not null) of a job, read straight from the tables."""
+    db = Ledger(url)
+    try:
+        with db.engine.connect() as conn:
+            held = conn.execute(select(func.count()).select_from(payloads).where(payloads.c.job == job)).scalar()
+            written = conn.execute(
+                select(func.count()).select_from(items).where(items.c.job == job, items.c.output.is_not(None))
+            ).scalar()
+    finally:
+        db.close()
+    return int(held or 0), int(written or 0)
+
+
+def file_bytes(directory: Path, pattern: str) -> bytes:
+    """The SQLite database with its -wal and -shm files."""
+    return b"".join(p.read_bytes() for p in sorted(directory.glob(pattern)))
+
+
+async def finish(tmp_path: Path, url: str, emu: EmulatorThread, **retention: str) -> tuple[Any, Any, list[str]]:
+    out = tmp_path / ("kept" if retention else "dropped")
+    out.mkdir()
+    job = make_job(out, "openai", 40, retry={"maxAttempts": 5}, retention=retention)
+    snap = await run_to_end(JobRunner(job, provider_for("openai", emu.url), Ledger(url), prices.load(), FAST))
+    files = [(out / "out" / name).read_text() for name in ("results.jsonl", "failures.jsonl")]
+    return job, snap, files
+
+
+async def test_finished_job_leaves_no_text_in_the_ledger(start_emulator: Factory, tmp_path: Path) -> None:
+    """Same seed, same job: with the default lifetime and with texts kept, the outputs, counts and cost agree;
+    only the default ledger is free of prompts and outputs, down to the bytes of the SQLite file and its WAL."""
+    profile = {"batch": {"outcomes": {"server_error": 0.2, "invalid_request": 0.1}}}
+    dropped_url, kept_url = str(tmp_path / "dropped.db"), str(tmp_path / "kept.db")
+    job, snap, files = await finish(tmp_path, dropped_url, start_emulator(profile))
+    kept_job, kept_snap, kept_files = await finish(
+        tmp_path, kept_url, start_emulator(profile), keepPayloadsFor="7d", keepOutputsFor="1h"
+    )
+    assert snap.phase == kept_snap.phase == "Succeeded"
+    assert files == kept_files
+    assert "claim text" in files[0], "the emulator's replies quote the prompt: the check below can fail"
+    assert (snap.counts, snap.usage) == (kept_snap.counts, kept_snap.usage)
+    assert ledger_texts(dropped_url, job.key) == (0, 0)
+    assert ledger_texts(kept_url, kept_job.key) == (40, snap.counts["succeeded"] + snap.counts["refused"])
+    assert b"claim text" not in file_bytes(tmp_path, "dropped.db*"), "a prompt or an output is still in the file"
+    assert b"claim text" in file_bytes(tmp_path, "kept.db*")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_ledger_purge_command(
+    start_emulator: Factory, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = str(tmp_path / "l.db") if backend == "sqlite" else fresh_database(request.getfixturevalue("postgres_url"))
+    job, snap, _ = await finish(tmp_path, url, start_emulator(), keepPayloadsFor="30d", keepOutputsFor="30d")
+    assert snap.phase == "Succeeded"
+    assert ledger_texts(url, job.key) == (40, 40)
+
+    def purge(older_than: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "barge.cli", "ledger", "purge", "--older-than", older_than, "--ledger", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    assert purge("30d") == "dropped 0 prompts and 0 outputs"  # ended just now, kept for 30 days
+    assert ledger_texts(url, job.key) == (40, 40)
+    assert purge("0s") == "dropped 40 prompts and 40 outputs"
+    assert ledger_texts(url, job.key) == (0, 0)
+    db = Ledger(url)  # the audit trail stays: items, states, usage, batches
+    assert db.counts(job.key)["succeeded"] == 40
+    assert db.usage(job.key) != ((0, 0, 0, 0), (0, 0, 0, 0))
+    assert db.batches_of(job.key)
+    db.close()

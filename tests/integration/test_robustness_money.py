@@ -58,7 +58,9 @@ async def test_shards_are_cut_by_bytes_under_a_lowered_limit(
 ) -> None:
     emu = start_emulator()
     ledger = Ledger(str(tmp_path / "l.db"))
-    job = job_of(tmp_path, kind, "claude-sonnet-4-6" if kind == "anthropic" else "gpt-4o-mini", claims(60, 2000))
+    model = "claude-sonnet-4-6" if kind == "anthropic" else "gpt-4o-mini"
+    # shard_bytes re-measures from the payloads after the end: keep them (by default they leave the ledger)
+    job = job_of(tmp_path, kind, model, claims(60, 2000), retention={"keepPayloadsFor": "1h"})
     runner = JobRunner(
         job, provider_for(kind, emu.url), ledger, prices.load(), dataclasses.replace(FAST, max_shard_bytes=30_000)
     )

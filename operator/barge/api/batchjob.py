@@ -250,6 +250,9 @@ class OutputSpec(Model):
     )
 
 
+DURATION = r"^[0-9]{1,6}[smhd]$"
+
+
 class RetentionSpec(Model):
     """What Barge leaves behind at the provider once results are in output.url and the ledger. Unset fields take
     the operator's defaults (chart: retention.*), which delete at once and ask for the shortest file expiry."""
@@ -265,6 +268,18 @@ class RetentionSpec(Model):
         le=30,
         description="Days OpenAI and Azure keep a batch's output and error files (output_expires_after, sent at "
         "creation; Azure accepts 14..30). Default 14: Barge copies results as soon as a batch ends.",
+    )
+    keep_payloads_for: str = Field(
+        "0s",
+        pattern=DURATION,
+        description="How long the ledger keeps the rendered prompts after the job ends (e.g. 7d, for replays); "
+        "0s drops them once the job's outputs are written.",
+    )
+    keep_outputs_for: str = Field(
+        "0s",
+        pattern=DURATION,
+        description="How long the ledger keeps the model outputs after they are written to output.url; "
+        "0s drops them at once (results.jsonl is the copy).",
     )
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from barge.api.batchjob import RetentionSpec
 from barge.batch import failpoints
 from barge.batch.bounded import bound
-from barge.ledger import Ledger
+from barge.ledger import Ledger, lifetime
 from barge.providers.base import BatchProvider
 from barge.providers.errors import ProviderError, Transient
 
@@ -53,6 +53,13 @@ def choose(spec: RetentionSpec, delete_default: bool, days_default: int) -> tupl
     """(delete provider copies?, days OpenAI/Azure keep output files): the job's choice, else the operator's."""
     delete = delete_default if spec.delete_provider_copies is None else spec.delete_provider_copies
     return delete, spec.output_expires_after_days or days_default
+
+
+def drop_texts(ledger: Ledger, job: str, spec: RetentionSpec, now: float) -> None:
+    """The job has ended with its outputs written: its prompts and outputs leave the ledger (or wait for their
+    keep times, spec.retention.keepPayloadsFor / keepOutputsFor). See ledger/lifetime.py."""
+    payloads, outputs = lifetime.seconds(spec.keep_payloads_for), lifetime.seconds(spec.keep_outputs_for)
+    lifetime.keep(ledger, job, now, payloads, outputs)
 
 
 def pending(ledger: Ledger, job: str) -> list[str]:

@@ -470,6 +470,7 @@ class JobRunner:
         self.on_event("Failed", message, "Warning")
         if write:
             write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
+            retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
 
     def _retention(self) -> tuple[bool, int]:
         s = self.settings
@@ -500,6 +501,7 @@ class JobRunner:
         if not await self._clean_up():  # the final phase waits until no provider copy is pending
             return
         self.ledger.set_job(self.job.key, phase=phase, completed_at=self.clock())
+        retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
         self.on_event(
             "Completed" if phase == "Succeeded" else "Failed",
             f"{good}/{total} items with a result ({ratio:.4f} vs successRatio {self.job.spec.success_ratio})",

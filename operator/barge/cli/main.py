@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -19,12 +20,15 @@ from barge.cli.demo_data import claims
 from barge.config import OperatorConfig, peering_priority
 from barge.emulator.profile import load_profile
 from barge.emulator.server import serve
+from barge.ledger import Ledger, lifetime
 
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     help="Barge: LLM work nobody is waiting for, off the request path.",
 )
+ledger_app = typer.Typer(no_args_is_help=True, help="Maintenance of the ledger.")
+app.add_typer(ledger_app, name="ledger")
 
 
 @app.command()
@@ -174,3 +178,27 @@ def worker(config: Annotated[Path, typer.Option("--config", help="Worker config 
     from barge.workers.main import run as run_worker
 
     run_worker(config)
+
+
+@ledger_app.command("purge")
+def ledger_purge(
+    older_than: Annotated[
+        str, typer.Option(help="Drop the texts of every job that ended longer ago than this (12h, 30d, ...).")
+    ] = "30d",
+    ledger: Annotated[
+        str, typer.Option(help="Ledger: a SQLite path or postgresql:// URL.", envvar="BARGE_LEDGER_URL")
+    ] = ".barge/ledger.db",
+) -> None:
+    """Drop rendered prompts and model outputs from the ledger: of jobs that ended before --older-than, and of any
+    job past its spec.retention keep times. The audit rows (ids, states, usage, cost, batches) stay."""
+    try:
+        age = lifetime.seconds(older_than)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--older-than") from None
+    now = time.time()
+    db = Ledger(ledger)
+    try:
+        payloads, outputs = lifetime.drop_texts(db, now, finished_before=now - age)
+    finally:
+        db.close()
+    typer.echo(f"dropped {payloads} prompts and {outputs} outputs")

@@ -61,6 +61,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA cache_size=-16384")  # 16 MiB
+    cursor.execute("PRAGMA secure_delete=ON")  # dropped prompts and outputs are zeroed, not left in free pages
     cursor.close()
 
 

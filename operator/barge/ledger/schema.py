@@ -25,6 +25,9 @@ jobs = Table(
     Column("started_at", Float),
     Column("completed_at", Float),
     Column("cutoff_done", Boolean, nullable=False, default=False),
+    # when the job's rendered payloads and model outputs may be dropped (set when it ends; see ledger/lifetime.py)
+    Column("payloads_until", Float),
+    Column("outputs_until", Float),
 )
 
 #: Item states: pending -> submitting (in an open intent) -> submitted (in a batch) -> a terminal state,
@@ -111,4 +114,6 @@ batches = Table(
 ADDED_COLUMNS = (
     ("batches", "expired", "INTEGER NOT NULL DEFAULT 0"),
     ("batches", "cleanup", "VARCHAR(8) NOT NULL DEFAULT ''"),
+    ("jobs", "payloads_until", "FLOAT"),
+    ("jobs", "outputs_until", "FLOAT"),
 )

@@ -1,0 +1,66 @@
+"""How long the ledger holds the text of a job: rendered prompts and model outputs, the personal data in it.
+
+A rendered payload is needed only until its item has a final outcome, a model output only until it is written
+to `output.url`. Once a job ends (results.jsonl and failures.jsonl written) its texts are dropped, unless the job
+asked to keep them (spec.retention.keepPayloadsFor / keepOutputsFor, e.g. for replays); then they are dropped
+by `barge ledger purge` once that time has passed. What stays is the audit trail: items (ids, states, reasons,
+usage, attempts, batch ids), batches, jobs and their timestamps; counts and cost are computed from those alone.
+
+Dropped text does not linger in the database file: SQLite runs with `secure_delete` (freed space is zeroed) and
+its WAL, which holds old page images, is checkpointed and truncated after a drop; PostgreSQL leaves dead tuples
+until VACUUM, which autovacuum runs (README, Data retention).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import delete, or_, select, update
+
+from barge.api.batchjob import DURATION
+from barge.ledger import Ledger
+from barge.ledger.schema import items, jobs, payloads
+
+FINAL = ("Succeeded", "Failed")
+_DURATION = re.compile(DURATION)
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def seconds(text: str) -> int:
+    """'30d' -> 2592000 (units s, m, h, d); '0s' keeps nothing."""
+    text = text.strip()
+    if not _DURATION.match(text):
+        raise ValueError(f"{text!r} is not a duration like 12h or 30d")
+    return int(text[:-1]) * _UNIT[text[-1]]
+
+
+def keep(ledger: Ledger, job: str, now: float, keep_payloads: int, keep_outputs: int) -> None:
+    """The job has ended and its outputs are written: record until when its texts are kept, drop what is due."""
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.job == job)
+            .values(payloads_until=now + keep_payloads, outputs_until=now + keep_outputs)
+        )
+    drop_texts(ledger, now, job=job)
+
+
+def drop_texts(
+    ledger: Ledger, now: float, *, job: str | None = None, finished_before: float | None = None
+) -> tuple[int, int]:
+    """Drop payloads and outputs of ended jobs past their keep time (and, with `finished_before`, of every job that
+    ended before it, kept or not). Returns (payload rows deleted, outputs cleared)."""
+    ended = jobs.c.phase.in_(FINAL)
+    scope = [jobs.c.job == job] if job is not None else []
+    old = [jobs.c.completed_at <= finished_before] if finished_before is not None else []
+    payload_jobs = select(jobs.c.job).where(ended, *scope, or_(jobs.c.payloads_until <= now, *old))
+    output_jobs = select(jobs.c.job).where(ended, *scope, or_(jobs.c.outputs_until <= now, *old))
+    with ledger.engine.begin() as conn:
+        dropped = conn.execute(delete(payloads).where(payloads.c.job.in_(payload_jobs))).rowcount
+        cleared = conn.execute(
+            update(items).where(items.c.job.in_(output_jobs), items.c.output.is_not(None)).values(output=None)
+        ).rowcount
+    if (dropped or cleared) and not ledger.postgres:  # old page images in the WAL hold the text too: truncate it
+        with ledger.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    return int(dropped or 0), int(cleared or 0)
