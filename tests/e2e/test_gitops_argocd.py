@@ -281,6 +281,22 @@ def test_suspend_selfheal_prune_invalid_and_failed_through_git(
     assert lbj(cluster, namespace, "nightly-unpaid")["status"]["message"] in res["message"]
     assert sync_status(app) == "Synced"
 
+    # Reusing a job's name for another night's input: the API server refuses it, and the sync says why.
+    reused = yaml.safe_load(failing)
+    reused["spec"]["input"]["url"] = reused["spec"]["input"]["url"].replace("nightly-unpaid", "nightly-2026-12-01")
+    revision = repo.commit({"nightly/unpaid.yaml": yaml.safe_dump(reused)}, "same name, tomorrow's input")
+    argo.refresh("nightly")
+    app = watch.until(
+        lambda a: (
+            operation(a).get("syncResult", {}).get("revision") == revision
+            and operation(a).get("phase") in ("Failed", "Error")
+        ),
+        120,
+        "the sync to fail on an immutable field",
+    )
+    assert "spec.input is immutable after creation" in json.dumps(operation(app))
+    assert lbj(cluster, namespace, "nightly-unpaid")["spec"]["input"] == yaml.safe_load(failing)["spec"]["input"]
+
 
 def test_an_application_of_the_chart_installs_barge(
     cluster: Cluster, namespace: str, argo: ArgoCD, repo: GitRepo
