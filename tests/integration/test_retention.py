@@ -12,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import func, select
 
 from barge.batch import prices
 from barge.batch.runner import JobRunner
+from barge.config import OperatorConfig
 from barge.emulator.server import EmulatorThread
 from barge.ledger import Ledger
 from barge.ledger.schema import items, payloads
+from barge.operator.jobs import Context
+from barge.operator.metrics import BargeCollector
 from tests.conftest import Factory, state
 from tests.e2e.test_ha import fresh_database
 from tests.integration.test_crash_safety import N_ITEMS, barge_run, manifest
@@ -37,6 +41,17 @@ def left_at_provider(emu: EmulatorThread, batch_ids: set[str]) -> list[Any]:
         b["id"] for b in now["batches"] if b["id"] in batch_ids and b["provider"] == "anthropic" and not b["archived"]
     ]
     return files + live
+
+
+def cleanup_metrics(path: Path) -> dict[str, float]:
+    """The operator's collector over this ledger (its Context holds no API client: these metrics need none)."""
+    ctx = Context(OperatorConfig(), Ledger(str(path)), None, prices.load())  # type: ignore[arg-type]
+    registry = CollectorRegistry()
+    registry.register(BargeCollector(ctx))
+    text = generate_latest(registry).decode()
+    ctx.ledger.close()
+    wanted = ("barge_provider_batches_deleted_total{", "barge_provider_cleanups_pending{")
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(wanted)}
 
 
 def ledger_cleanup(path: Path) -> list[tuple[Any, ...]]:
@@ -91,11 +106,19 @@ def test_sigkill_around_cleanup(start_emulator: Factory, tmp_path: Path, kind: s
     if failpoint == "before-cleanup":  # outputs written, ingestion recorded, deletion pending in the ledger
         assert all(ingested and cleanup == "" for _, ingested, cleanup in ledger_cleanup(ledger))
         assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == N_ITEMS
+        assert cleanup_metrics(ledger) == {
+            "barge_provider_batches_deleted_total": 0,
+            "barge_provider_cleanups_pending": len(ids),
+        }
     done = barge_run(path, ledger)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["phase"] == "Succeeded"
     assert left_at_provider(emu, ids) == []
     assert {cleanup for _, _, cleanup in ledger_cleanup(ledger)} == {"done"}
+    assert cleanup_metrics(ledger) == {
+        "barge_provider_batches_deleted_total": len(ids),
+        "barge_provider_cleanups_pending": 0,
+    }
     results = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert sorted(json.loads(r)["id"] for r in results) == [f"i{n:03d}" for n in range(N_ITEMS)]
 

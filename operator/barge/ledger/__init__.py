@@ -434,4 +434,11 @@ class Ledger:
                 "SUM(expired) FROM batches GROUP BY job, provider",
                 (),
             ),
+            # per tenant and provider: ingested batches by what was deleted at the provider (batch/retention.py)
+            "cleanup": self._rows(
+                "SELECT j.tenant, x.provider, x.cleanup, COUNT(*) FROM batches x JOIN jobs j ON j.job = x.job "
+                "WHERE x.ingested = ? AND x.status NOT IN ('foreign', 'not_found') "
+                "GROUP BY j.tenant, x.provider, x.cleanup",
+                (True,),
+            ),
         }

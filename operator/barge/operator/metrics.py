@@ -194,6 +194,29 @@ class BargeCollector(Collector):
             step_errors.add_metric([reason], self.ctx.step_errors.get(reason, 0))
         yield step_errors
         yield from self._ledger(rows, now)
+        yield from self._cleanups(rows["cleanup"])
+
+    def _cleanups(self, rows: list[tuple[Any, ...]]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """Provider copies (files, Anthropic batches) of ingested batches: deleted, or waiting to be."""
+        labels = ["tenant", "provider"]
+        deleted = CounterMetricFamily(
+            "barge_provider_batches_deleted",
+            "Batches whose provider copies Barge deleted after ingestion",
+            labels=labels,
+        )
+        pending = GaugeMetricFamily(
+            "barge_provider_cleanups_pending",
+            "Ingested batches whose provider copies are not deleted yet",
+            labels=labels,
+        )
+        counts: dict[tuple[str, str], dict[str, int]] = {}
+        for tenant, provider, state, n in rows:
+            counts.setdefault((tenant, provider), {})[state] = int(n)
+        for key, states in sorted(counts.items()):
+            deleted.add_metric(list(key), states.get("done", 0))
+            pending.add_metric(list(key), states.get("", 0))
+        yield deleted
+        yield pending
 
     def _jobs(self, now: float, tenant_of: Mapping[str, str]) -> Iterator[GaugeMetricFamily]:
         views = [replace(v, tenant=tenant_of.get(uid) or v.tenant) for uid, v in list(self.ctx.book.jobs.items())]
