@@ -34,9 +34,16 @@ PATCH = REPO / "integrations" / "argocd" / "argocd-cm-patch.yaml"
 
 
 def argocd_module() -> Path:
-    """The argo-cd module's source in the Go module cache (filled by `make tools` when it built argocd)."""
+    """The argo-cd module's source in the Go module cache: filled by `make tools` when it built argocd, and
+    downloaded from the Go module proxy here when the binary came from ~/.cache/barge but the module cache
+    was emptied since."""
+    module = f"github.com/argoproj/argo-cd/v3@v{localcluster.ARGOCD_VERSION}"
     modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
-    return Path(modcache) / f"github.com/argoproj/argo-cd/v3@v{localcluster.ARGOCD_VERSION}"
+    path = Path(modcache) / module
+    if not path.exists():
+        env = {**os.environ, "GOTOOLCHAIN": localcluster.ARGOCD_GOTOOLCHAIN}
+        subprocess.run(["go", "mod", "download", module], cwd=localcluster.TOOLS / "argocd", env=env, check=True)
+    return path
 
 
 def argocd_crds() -> list[Path]:
