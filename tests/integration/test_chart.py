@@ -147,6 +147,8 @@ def test_defaults_render_the_operator_with_a_sqlite_ledger_on_a_kept_pvc(helm: P
     assert env(docs) == {
         "BARGE_LEDGER_URL": "/var/lib/barge/ledger.db",
         "BARGE_POLL_SECONDS": "30",
+        "BARGE_DELETE_PROVIDER_COPIES": "true",
+        "BARGE_OUTPUT_EXPIRES_AFTER_DAYS": "14",
         "BARGE_PROMETHEUS_URL": "http://prometheus-operated.monitoring.svc:9090",
         "BARGE_POOL_ENDPOINT_TEMPLATE": "http://{name}.{namespace}.svc:8000/v1",
         "BARGE_WORKER_IMAGE": "ghcr.io/barge-dev/barge:0.1.0",
@@ -282,6 +284,7 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
                 "allowedFileRoots": ["/data/in", "/data/out"],
                 "prices": "version: x\nmodels: {}\n",
                 "workerImage": "registry.local/worker:1",
+                "retention": {"deleteProviderCopies": False, "outputExpiresAfterDays": 30},
             },
             "extraEnv": [{"name": "BARGE_MIN_BATCH_WINDOW", "value": "600"}],
             "nodeSelector": {"pool": "ops"},
@@ -301,6 +304,7 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
     assert "BARGE_POLICY_FILE" not in e
     assert e["BARGE_WORKER_IMAGE"] == "registry.local/worker:1"
     assert e["BARGE_MIN_BATCH_WINDOW"] == "600"
+    assert (e["BARGE_DELETE_PROVIDER_COPIES"], e["BARGE_OUTPUT_EXPIRES_AFTER_DAYS"]) == ("false", "30")
     config = one(docs, "ConfigMap")
     assert config["data"] == {"prices.yaml": "version: x\nmodels: {}\n"}
     assert {"name": "config", "mountPath": "/etc/barge/config", "readOnly": True} in c["volumeMounts"]
