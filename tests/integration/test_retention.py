@@ -21,7 +21,7 @@ from barge.config import OperatorConfig
 from barge.emulator.server import EmulatorThread
 from barge.ledger import Ledger
 from barge.ledger.schema import items, payloads
-from barge.operator.jobs import Context
+from barge.operator.jobs import Context, delete_job
 from barge.operator.metrics import BargeCollector
 from tests.conftest import Factory, state
 from tests.e2e.test_ha import fresh_database
@@ -198,3 +198,21 @@ async def test_ledger_purge_command(
     assert db.usage(job.key) != ((0, 0, 0, 0), (0, 0, 0, 0))
     assert db.batches_of(job.key)
     db.close()
+
+
+async def test_deleting_a_job_drops_its_texts_and_keeps_its_audit_rows(start_emulator: Factory, tmp_path: Path) -> None:
+    """The operator's finalizer on a job that kept its texts: they go, the audit rows stay. No batch is in flight,
+    so the finalizer needs no API server (its Context holds none)."""
+    url = str(tmp_path / "l.db")
+    job, snap, _ = await finish(tmp_path, url, start_emulator(), keepPayloadsFor="30d", keepOutputsFor="30d")
+    assert ledger_texts(url, job.key) == (40, 40)
+    namespace, name, uid = job.key.split("/")
+    ctx = Context(OperatorConfig(), Ledger(url), None, prices.load())  # type: ignore[arg-type]
+    events: list[str] = []
+    body = {"metadata": {"namespace": namespace, "name": name, "uid": uid}, "spec": {}}
+    await delete_job(ctx, body, lambda reason, message, kind: events.append(reason))
+    assert ledger_texts(url, job.key) == (0, 0)
+    assert ctx.ledger.counts(job.key)["succeeded"] == snap.counts["succeeded"] == 40
+    assert len(ctx.ledger.batches_of(job.key)) == len(snap.batches)
+    assert events == []
+    ctx.ledger.close()

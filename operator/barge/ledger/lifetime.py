@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import Select, delete, or_, select, update
 
 from barge.api.batchjob import DURATION
 from barge.ledger import Ledger
@@ -55,6 +55,16 @@ def drop_texts(
     old = [jobs.c.completed_at <= finished_before] if finished_before is not None else []
     payload_jobs = select(jobs.c.job).where(ended, *scope, or_(jobs.c.payloads_until <= now, *old))
     output_jobs = select(jobs.c.job).where(ended, *scope, or_(jobs.c.outputs_until <= now, *old))
+    return _drop(ledger, payload_jobs, output_jobs)
+
+
+def forget_job(ledger: Ledger, job: str) -> tuple[int, int]:
+    """The LLMBatchJob was deleted: its texts go whatever its phase or keep times; its audit rows stay."""
+    one = select(jobs.c.job).where(jobs.c.job == job)
+    return _drop(ledger, one, one)
+
+
+def _drop(ledger: Ledger, payload_jobs: Select[tuple[str]], output_jobs: Select[tuple[str]]) -> tuple[int, int]:
     with ledger.engine.begin() as conn:
         dropped = conn.execute(delete(payloads).where(payloads.c.job.in_(payload_jobs))).rowcount
         cleared = conn.execute(

@@ -99,4 +99,4 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         def post(reason: str, message: str, kind: str) -> None:
             kopf.event(body, type=kind, reason=reason, message=message[:1000])
 
-        await jobs.cancel_on_delete(memo["ctx"], body, post)
+        await jobs.delete_job(memo["ctx"], body, post)

@@ -29,7 +29,7 @@ from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
 from barge.k8s import schedule
 from barge.k8s.pool import endpoint
-from barge.ledger import Ledger
+from barge.ledger import Ledger, lifetime
 from barge.operator import faultstatus, metrics, pools
 from barge.operator import status as status_
 from barge.operator.kube import Kube, NotFound, Objects
@@ -344,6 +344,13 @@ async def _deadline(
     post("Failed", status["message"], "Warning")
     await _write(ctx, meta, current, status)
     return True
+
+
+async def delete_job(ctx: Context, body: Any, post: Poster) -> None:
+    """Finalizer: cancel what is in flight, then drop the job's prompts and outputs from the ledger (its audit
+    rows stay: ids, states, usage, batches; see ledger/lifetime.py)."""
+    await cancel_on_delete(ctx, body, post)
+    lifetime.forget_job(ctx.ledger, job_key({k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}))
 
 
 async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
