@@ -33,11 +33,20 @@ $BARGE emulator --port "$PORT" --profile examples/claims/emulator-faults.yaml >"
 pids+=($!)
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/_emulator/state" >/dev/null && break; sleep 0.2; done
 
-echo "== 4/6 namespace, API-key Secret, operator"
+echo "== 4/6 namespace (tenant claims-team), API-key Secret marked for Barge, admin policy, operator"
 kubectl create namespace claims --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl label namespace claims barge.dev/tenant=claims-team --overwrite >/dev/null
 kubectl -n claims create secret generic anthropic --from-literal=api-key=demo-key-not-a-real-one \
-  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-BARGE_LEDGER_URL="$DEMO/ledger.db" BARGE_ALLOWED_FILE_ROOTS="$DEMO" BARGE_POLL_SECONDS=2 BARGE_MIN_BATCH_WINDOW=60 \
+  --dry-run=client -o yaml | kubectl label --local -f - barge.dev/credential=true -o yaml | kubectl apply -f - >/dev/null
+# The admin's policy: this tenant's files under $DEMO, and the emulator on loopback allowed as a provider host.
+cat >"$DEMO/policy.yaml" <<EOF
+storage:
+  prefixes: ["file://$DEMO/"]
+endpoints:
+  allow:
+    - {host: 127.0.0.1, private: true}
+EOF
+BARGE_LEDGER_URL="$DEMO/ledger.db" BARGE_POLICY_FILE="$DEMO/policy.yaml" BARGE_POLL_SECONDS=2 BARGE_MIN_BATCH_WINDOW=60 \
   $BARGE operator --namespace claims --metrics-port "$METRICS" >"$DEMO/operator.log" 2>&1 &
 pids+=($!)
 

@@ -238,8 +238,8 @@ def check_endpoint(policy: Policy, provider: str, base_url: str, resolve: Resolv
         return
     try:
         addresses = resolve(host)
-    except OSError as exc:
-        raise Refused("EndpointPolicy", f"baseURL host {host!r} does not resolve: {exc}") from None
+    except OSError:
+        return  # not resolvable now: nothing to connect to; the connect-time check decides if it resolves later
     for address in addresses:
         if not address_allowed(policy, host, address):
             raise Refused(
@@ -252,7 +252,10 @@ def check_endpoint(policy: Policy, provider: str, base_url: str, resolve: Resolv
 def bounded_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """A provider's error text as Barge repeats it: printable, one line, at most `limit` characters."""
     clean = "".join(ch if ch.isprintable() else " " for ch in text)
-    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
+    if len(clean) <= limit:
+        return clean
+    marker = f" ...[truncated {len(clean)} chars]"  # the marker barge.batch.bounded uses too
+    return clean[: max(0, limit - len(marker))] + marker
 
 
 # --- pools -----------------------------------------------------------------------------------------------------

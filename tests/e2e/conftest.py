@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tools import localcluster
 from tools.localcluster import Cluster
 
@@ -25,6 +26,35 @@ from tests.conftest import REFERENCE_CRDS, REPO, install_crds
 
 SECRET = "sk-e2e-DO-NOT-LEAK-4f1c9a"
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+#: Tenants (namespace label barge.dev/tenant) that get only their own folder under the operator's workdir;
+#: every other tenant may use the whole workdir (the older e2e tests put their files there).
+TEAMS = ("acme", "globex")
+
+
+def admin_policy(workdir: Path) -> dict[str, Any]:
+    """The admin's policy for the e2e operator: the emulators on 127.0.0.1 are allowlisted (private addresses
+    allowed for that host only), `localhost` is allowlisted by name but not for private addresses."""
+    return {
+        "storage": {
+            "prefixes": [f"file://{workdir}/"],
+            "tenants": {team: [f"file://{workdir}/{{tenant}}/", "s3://barge-{tenant}/"] for team in TEAMS},
+        },
+        "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}, {"host": "localhost"}]},
+    }
+
+
+def credential_secret(
+    cluster: Cluster, namespace: str, name: str, data: dict[str, str], *, marked: bool = True
+) -> None:
+    """A Secret for Barge: only one labelled barge.dev/credential: "true" is ever read by the operator."""
+    labels = {"barge.dev/credential": "true"} if marked else {}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "stringData": data,
+    }
+    cluster.run_kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
 
 
 def free_port() -> int:
@@ -60,11 +90,13 @@ class Operator:
     def start(self) -> None:
         log = self.workdir / f"{self.name}-{len(self.logs)}.log"
         self.logs.append(log)
+        policy = self.workdir / "policy.yaml"
+        policy.write_text(yaml.safe_dump(admin_policy(self.workdir)))
         env = {
             **os.environ,
             "KUBECONFIG": str(self.cluster.kubeconfig),
             "BARGE_LEDGER_URL": str(self.workdir / "l.db"),
-            "BARGE_ALLOWED_FILE_ROOTS": str(self.workdir),
+            "BARGE_POLICY_FILE": str(policy),
             "BARGE_POLL_SECONDS": "0.5",
             "BARGE_MIN_BATCH_WINDOW": "0",
             "BARGE_MAX_SHARD_REQUESTS": "200",

@@ -67,21 +67,21 @@ def test_bad_template_is_not_admitted_and_says_why(
 def test_failing_steps_still_meet_the_deadline(
     cluster: Cluster, namespace: str, operator: Operator, emulator: EmulatorThread
 ) -> None:
-    """Results can never be written (output outside the allowed roots): every step fails, visibly, and at the
-    deadline the job is Failed instead of retrying forever."""
+    """Results can never be written (output outside the tenant's storage prefixes): the job is refused, visibly,
+    and at the deadline it is Failed instead of waiting forever."""
     secret(cluster, namespace)
     deadline = (datetime.now(UTC) + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = yaml.safe_load(job_manifest("nowhere", emulator.url, operator.workdir, n=20, deadline=deadline))
     doc["spec"]["output"]["url"] = "file:///var/empty/not-allowed/"
     apply(cluster, namespace, yaml.safe_dump(doc))
-    wait_for(lambda: conditions(cluster, namespace, "nowhere").get("StepFailed"), 60, "StepFailed")
-    assert conditions(cluster, namespace, "nowhere")["StepFailed"]["reason"] == "StorageError"
+    wait_for(lambda: conditions(cluster, namespace, "nowhere").get("Admitted"), 60, "Admitted")
+    assert conditions(cluster, namespace, "nowhere")["Admitted"]["reason"] == "StoragePolicy"
     wait_for(phase_is(cluster, namespace, "nowhere", "Failed"), 90, "Failed at the deadline")
     conds = conditions(cluster, namespace, "nowhere")
     assert conds["Failed"]["reason"] == "DeadlinePassedWhileFailing"
-    assert "allowed file roots" in conds["Failed"]["message"]
+    assert "storage prefixes" in conds["Failed"]["message"]
     assert conds["DeadlineExceeded"]["status"] == "True"
-    assert any(e["reason"] == "StorageError" and e["type"] == "Warning" for e in events(cluster, namespace, "nowhere"))
+    assert any(e["reason"] == "Failed" and e["type"] == "Warning" for e in events(cluster, namespace, "nowhere"))
 
 
 class ProxyErrorPage(http.server.BaseHTTPRequestHandler):

@@ -26,7 +26,7 @@ from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
 from tests.conftest import REPO, kubectl_json
-from tests.e2e.conftest import SECRET, Operator, own_control_plane, wait_for
+from tests.e2e.conftest import SECRET, Operator, credential_secret, own_control_plane, wait_for
 from tests.e2e.test_ha import fresh_database, working
 from tests.e2e.test_operator import apply, job_manifest, phase_is, secret
 from tests.e2e.test_pools import children
@@ -217,7 +217,7 @@ def test_pool_children_and_worker_scaled_object_as_the_chart_service_account(
     helm_cluster: Cluster, sa_operator: Operator
 ) -> None:
     cluster = helm_cluster
-    cluster.run_kubectl("-n", TEAM, "create", "secret", "generic", "openai", f"--from-literal=api-key={SECRET}")
+    credential_secret(cluster, TEAM, "openai", {"api-key": SECRET})
     cluster.run_kubectl("-n", TEAM, "apply", "-f", str(SAMPLES / "inferencepool-engine-interactive.yaml"))
     cluster.run_kubectl("-n", TEAM, "apply", "-f", str(SAMPLES / "inferencepool-provider-redis-worker.yaml"))
     expected = {

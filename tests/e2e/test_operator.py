@@ -16,7 +16,7 @@ from tools.localcluster import Cluster
 from barge.cli.demo_data import claims
 from barge.emulator.server import EmulatorThread
 from tests.conftest import REPO, kubectl_json, state
-from tests.e2e.conftest import SECRET, Operator, wait_for
+from tests.e2e.conftest import SECRET, Operator, credential_secret, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -29,13 +29,15 @@ def job_manifest(name: str, url: str, workdir: Path, *, n: int = 600, tenant: st
     doc["spec"]["provider"]["baseURL"] = url
     doc["spec"]["input"]["url"] = f"file://{data}"
     doc["spec"]["output"]["url"] = f"file://{workdir}/{name}-out/"
-    doc["spec"]["tenant"] = tenant or name
+    doc["spec"].pop("tenant", None)  # the sample's tenant is its namespace's (claims-team); these use their own
+    if tenant:
+        doc["spec"]["tenant"] = tenant
     doc["spec"].update(spec)
     return yaml.safe_dump(doc)
 
 
 def secret(cluster: Cluster, namespace: str) -> None:
-    cluster.run_kubectl("-n", namespace, "create", "secret", "generic", "anthropic", f"--from-literal=api-key={SECRET}")
+    credential_secret(cluster, namespace, "anthropic", {"api-key": SECRET})
 
 
 def apply(cluster: Cluster, namespace: str, manifest: str) -> None:
@@ -162,6 +164,7 @@ def test_tenants_are_metered_apart_and_secrets_never_leak(
 ) -> None:
     for ns, tenant in (("e2e-tenant-a", "team-a"), ("e2e-tenant-b", "team-b")):
         cluster.run_kubectl("create", "namespace", ns, check=False)
+        cluster.run_kubectl("label", "namespace", ns, f"barge.dev/tenant={tenant}", "--overwrite")
         cluster.run_kubectl("-n", ns, "delete", "secret", "anthropic", check=False)
         secret(cluster, ns)
         apply(cluster, ns, job_manifest(f"metered-{tenant}", emulator.url, operator.workdir, n=40, tenant=tenant))

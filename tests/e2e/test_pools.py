@@ -15,7 +15,7 @@ from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
 from tests.conftest import REPO, kubectl_json
-from tests.e2e.conftest import SECRET, Operator, wait_for
+from tests.e2e.conftest import SECRET, Operator, credential_secret, wait_for
 
 pytestmark = pytest.mark.cluster
 SAMPLES = REPO / "manifests" / "samples"
@@ -164,9 +164,7 @@ def test_provider_pool_is_ready_with_its_secret(cluster: Cluster, namespace: str
         60,
         "SecretNotFound",
     )
-    cluster.run_kubectl(
-        "-n", namespace, "create", "secret", "generic", "azure-openai", f"--from-literal=api-key={SECRET}"
-    )
+    credential_secret(cluster, namespace, "azure-openai", {"api-key": SECRET})
     wait_for(lambda: condition(cluster, namespace, "azure-mini", "Ready").get("status") == "True", 60, "Ready")
     st = pool_status(cluster, namespace, "azure-mini")
     assert st["endpoint"] == "https://contoso-batch.openai.azure.com"
@@ -211,7 +209,7 @@ def test_job_on_an_engine_pool(
 
 
 def test_queue_workers_get_capped_scaled_objects(cluster: Cluster, namespace: str, operator: Operator) -> None:
-    cluster.run_kubectl("-n", namespace, "create", "secret", "generic", "openai", f"--from-literal=api-key={SECRET}")
+    credential_secret(cluster, namespace, "openai", {"api-key": SECRET})
     cluster.run_kubectl("-n", namespace, "apply", "-f", str(SAMPLES / "inferencepool-provider-redis-worker.yaml"))
     cluster.run_kubectl("-n", namespace, "apply", "-f", str(SAMPLES / "inferencepool-engine-rabbitmq-worker.yaml"))
 

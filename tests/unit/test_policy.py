@@ -155,6 +155,14 @@ def test_provider_endpoints(provider: str, url: str, expected: str) -> None:
     assert verdict(lambda: p.check_endpoint(ADMIN, provider, url, lambda h: RESOLVES.get(h, ["127.0.0.1"]))) == expected
 
 
+def test_an_unresolvable_allowed_host_is_left_to_the_connect_time_check() -> None:
+    def fail(host: str) -> list[str]:
+        raise OSError("no DNS here")
+
+    assert verdict(lambda: p.check_endpoint(ADMIN, "azure-openai", "https://res.openai.azure.com", fail)) == "ok"
+    assert verdict(lambda: p.check_endpoint(ADMIN, "openai", "https://evil.example.com", fail)) == "EndpointPolicy"
+
+
 @pytest.mark.parametrize(
     ("host", "address", "allowed"),
     [
@@ -265,3 +273,30 @@ def test_credential_secrets_map_to_storage_options() -> None:
     for scheme, data in (("s3", {"aws_access_key_id": "A"}), ("az", {"account_name": "n"}), ("gs", {})):
         with pytest.raises(StorageError):
             credential_options(scheme, data)
+
+
+# --- names in references (barge.api patterns -> CRD schema; barge.operator.kube for every API path) ---------------
+@pytest.mark.parametrize("name", ["../../ns-b/inferencepools/gpu", "gpu/status", "GPU", "a b", "%2e%2e", "-x"])
+def test_reference_names_are_dns_names(name: str) -> None:
+    from pydantic import ValidationError
+
+    from barge.api.batchjob import ProviderSpec
+    from barge.operator.kube import InvalidName, object_path
+
+    with pytest.raises(ValidationError):
+        ProviderSpec.model_validate({"type": "pool", "poolRef": {"name": name}})
+    with pytest.raises(ValidationError):
+        ProviderSpec.model_validate({"type": "openai", "model": "m", "secretRef": {"name": name}})
+    with pytest.raises(InvalidName):
+        object_path("barge.dev/v1alpha1", "InferencePool", "team-a", name)
+    with pytest.raises(InvalidName):
+        object_path("barge.dev/v1alpha1", "InferencePool", name or "x/y", "gpu")
+
+
+def test_api_paths_are_built_from_checked_parts() -> None:
+    from barge.operator.kube import object_path
+
+    assert object_path("barge.dev/v1alpha1", "InferencePool", "team-a", "gpu.v1") == (
+        "/apis/barge.dev/v1alpha1/namespaces/team-a/inferencepools/gpu.v1"
+    )
+    assert object_path("v1", "Service", "team-a") == "/api/v1/namespaces/team-a/services"

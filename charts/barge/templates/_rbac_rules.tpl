@@ -44,7 +44,11 @@
 - apiGroups: [""]
   resources: [secrets]
   verbs:
-    - get  # read the provider API key named by a job or pool, in its own namespace
+    - get  # read a Secret named by a job or pool, in its own namespace (used only if labelled barge.dev/credential: true)
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs:
+    - get  # read the namespace's tenant label barge.dev/tenant (a namespace-scoped Role grants its own)
 - apiGroups: [""]
   resources: [configmaps]
   verbs:

@@ -144,7 +144,11 @@ class InputSpec(Model):
     )
     id_field: str = Field("id", min_length=1, max_length=128, description="Field of each item holding its id.")
     credentials_secret_ref: LocalObjectRef | None = Field(
-        None, description="Secret with storage credentials for url (same namespace)."
+        None,
+        description='Secret (same namespace, labelled barge.dev/credential: "true") with storage credentials for '
+        "url: s3 aws_access_key_id + aws_secret_access_key [+ aws_session_token, endpoint_url, region]; az "
+        "connection_string, or account_name + account_key or sas_token; gs service_account.json. Required for "
+        "object storage unless the admin allows the operator's own credentials.",
     )
 
     @model_validator(mode="after")
@@ -246,7 +250,11 @@ class OutputSpec(Model):
         description="Directory URL: file:// (under an allowed root), s3://, az://, gs://.",
     )
     credentials_secret_ref: LocalObjectRef | None = Field(
-        None, description="Secret with storage credentials for url (same namespace)."
+        None,
+        description='Secret (same namespace, labelled barge.dev/credential: "true") with storage credentials for '
+        "url: s3 aws_access_key_id + aws_secret_access_key [+ aws_session_token, endpoint_url, region]; az "
+        "connection_string, or account_name + account_key or sas_token; gs service_account.json. Required for "
+        "object storage unless the admin allows the operator's own credentials.",
     )
 
 
@@ -289,7 +297,13 @@ class LLMBatchJobSpec(Model):
 
     model_config = ConfigDict(json_schema_extra=validations(*(_immutable(f) for f in IMMUTABLE_SPEC_FIELDS)))
 
-    tenant: str = Field("", max_length=128, description="Metering key for cost; defaults to the namespace.")
+    tenant: str = Field(
+        "",
+        max_length=63,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+        description="Metering key for cost: the namespace's tenant (label barge.dev/tenant, else the namespace "
+        "name), set by the admin; when given it must repeat that, or the job is not admitted.",
+    )
     provider: ProviderSpec = Field(description="Where the requests go.")
     input: InputSpec = Field(description="Where the items come from.")
     request: RequestSpec = Field(default_factory=RequestSpec, description="How an item becomes a request.")

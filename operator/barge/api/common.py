@@ -12,6 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+#: A Kubernetes object name (RFC 1123 subdomain): what every reference to another object must be, so that a
+#: name can never be a path (`../../ns-b/inferencepools/gpu`) once it is put into an API server URL.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: A key of a Secret or ConfigMap, as the API server allows it.
+DATA_KEY = r"^[-._a-zA-Z0-9]+$"
 DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
 
 
@@ -43,21 +48,41 @@ class Model(BaseModel):
 class SecretKeyRef(Model):
     """A key of a Secret in the same namespace as the object that names it."""
 
-    name: str = Field(description="Name of the Secret, in the same namespace.", min_length=1, max_length=253)
-    key: str = Field("api-key", description="Key inside the Secret holding the value.", min_length=1, max_length=253)
+    name: str = Field(
+        description='Name of the Secret, in the same namespace; it must carry the label barge.dev/credential: "true".',
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+    )
+    key: str = Field(
+        "api-key",
+        description="Key inside the Secret holding the value.",
+        min_length=1,
+        max_length=253,
+        pattern=DATA_KEY,
+    )
 
 
 class LocalObjectRef(Model):
     """A reference to another object in the same namespace."""
 
-    name: str = Field(description="Name of the object, in the same namespace.", max_length=253)
+    name: str = Field(
+        description="Name of the object, in the same namespace (a DNS name).",
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+    )
 
 
 class ConfigMapKeyRef(Model):
     """A key of a ConfigMap in the same namespace."""
 
-    name: str = Field(description="Name of the ConfigMap, in the same namespace.", min_length=1, max_length=253)
-    key: str = Field(description="Key inside the ConfigMap holding JSONL input.", min_length=1, max_length=253)
+    name: str = Field(
+        description="Name of the ConfigMap, in the same namespace.", min_length=1, max_length=253, pattern=DNS_SUBDOMAIN
+    )
+    key: str = Field(
+        description="Key inside the ConfigMap holding JSONL input.", min_length=1, max_length=253, pattern=DATA_KEY
+    )
 
 
 ConditionStatus = Literal["True", "False", "Unknown"]

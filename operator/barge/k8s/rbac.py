@@ -99,7 +99,22 @@ RULES: tuple[Rule, ...] = (
         ("inferencepools/finalizers",),
         (("update", "children's owner references set blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),),
     ),
-    Rule("", ("secrets",), (("get", "read the provider API key named by a job or pool, in its own namespace"),)),
+    Rule(
+        "",
+        ("secrets",),
+        (
+            (
+                "get",
+                "read a Secret named by a job or pool, in its own namespace (used only if labelled "
+                "barge.dev/credential: true)",
+            ),
+        ),
+    ),
+    Rule(
+        "",
+        ("namespaces",),
+        (("get", "read the namespace's tenant label barge.dev/tenant (a namespace-scoped Role grants its own)"),),
+    ),
     Rule(
         "",
         ("configmaps",),

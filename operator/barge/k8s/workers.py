@@ -25,6 +25,16 @@ HEADROOM = 0.95
 
 
 @dataclass(frozen=True)
+class WorkerTenancy:
+    """What the operator's policy lets a pool's workers do, written into their config: the pool's tenant (the
+    only one they meter and key results by, whatever a message says), its storage prefixes, the payload limit."""
+
+    tenant: str
+    storage_prefixes: tuple[str, ...]
+    max_payload_bytes: int
+
+
+@dataclass(frozen=True)
 class Cap:
     quota_cap: int  # replicas the quota allows (0 = no quota: unlimited)
     effective_max: int
@@ -79,10 +89,12 @@ def worker_names(pool: str, worker: str) -> dict[str, str]:
     }
 
 
-def worker_config(pool: InferencePool, worker: Worker, cap: Cap, endpoint_template: str) -> dict[str, Any]:
+def worker_config(
+    pool: InferencePool, worker: Worker, cap: Cap, endpoint_template: str, tenancy: WorkerTenancy | None = None
+) -> dict[str, Any]:
     """What `barge worker --config` reads (mounted from the ConfigMap). Secrets are referenced, never inlined."""
     provider = pool.spec.provider
-    return {
+    config = {
         "pool": pool.metadata["name"],
         "worker": worker.name,
         "model": provider.model if provider else pool.spec.model,
@@ -103,11 +115,18 @@ def worker_config(pool: InferencePool, worker: Worker, cap: Cap, endpoint_templa
         },
         "metricsPort": WORKER_PORT,
     }
+    if tenancy is not None:
+        config["tenant"] = tenancy.tenant
+        config["storage"] = {"prefixes": list(tenancy.storage_prefixes)}
+        config["maxPayloadBytes"] = tenancy.max_payload_bytes
+    return config
 
 
-def build_worker_configmap(pool: InferencePool, worker: Worker, cap: Cap, endpoint_template: str) -> dict[str, Any]:
+def build_worker_configmap(
+    pool: InferencePool, worker: Worker, cap: Cap, endpoint_template: str, tenancy: WorkerTenancy | None = None
+) -> dict[str, Any]:
     n = worker_names(str(pool.metadata["name"]), worker.name)
-    text = yaml.safe_dump(worker_config(pool, worker, cap, endpoint_template), sort_keys=True)
+    text = yaml.safe_dump(worker_config(pool, worker, cap, endpoint_template, tenancy), sort_keys=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

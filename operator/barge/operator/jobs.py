@@ -30,11 +30,12 @@ from barge.config import OperatorConfig
 from barge.k8s import schedule
 from barge.k8s.pool import endpoint
 from barge.ledger import Ledger, lifetime
-from barge.operator import faultstatus, metrics, pools
+from barge.operator import admission, faultstatus, metrics, pools
 from barge.operator import status as status_
 from barge.operator.kube import Kube, NotFound, Objects
+from barge.policy import Refused
 from barge.providers import BatchProvider, ProviderError, make_provider
-from barge.storage import StoragePolicy, read_lines
+from barge.storage import read_lines
 
 log = logging.getLogger("barge.operator")
 PLURAL = "llmbatchjobs"
@@ -76,10 +77,6 @@ class Context:
             output_expires_after_days=self.config.output_expires_after_days,
         )
 
-    @property
-    def policy(self) -> StoragePolicy:
-        return StoragePolicy(allowed_roots=self.config.allowed_file_roots)
-
 
 def job_key(meta: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
@@ -101,7 +98,12 @@ def _text_lines(text: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
 
 
 async def build_job(
-    ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, model: str, status: dict[str, Any] | None = None
+    ctx: Context,
+    meta: dict[str, Any],
+    spec: LLMBatchJobSpec,
+    model: str,
+    admitted: admission.Admission,
+    status: dict[str, Any] | None = None,
 ) -> Job:
     namespace = meta["namespace"]
     key = job_key(meta)
@@ -114,17 +116,17 @@ async def build_job(
         text = "" if planned else await ctx.kube.configmap_value(namespace, ref.name, ref.key)
         lines = _text_lines(text)
     else:
-        url, policy = str(spec.input.url), ctx.policy
+        url, policy = str(spec.input.url), admitted.input
         lines = lambda: read_lines(url, policy)  # noqa: E731
     created = str(meta.get("creationTimestamp") or datetime.now(UTC).isoformat())
     return Job(
         key=key,
         spec=spec,
-        tenant=spec.tenant or namespace,
+        tenant=admitted.tenant,
         run_date=spec.run_date or created[:10],
         model=model,
         lines=lines,
-        storage=ctx.policy,
+        storage=admitted.output,
         status_batches=tuple(str(b.get("id")) for b in (status or {}).get("batches") or [] if b.get("id")),
         reported=frozenset(
             str(c.get("type")) for c in (status or {}).get("conditions") or [] if c.get("status") == "True"
@@ -153,7 +155,11 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Tar
         secret = await ctx.kube.secret_value(namespace, ref.name, ref.key)
         return Target(
             make_provider(
-                spec.provider.type, secret, base_url=spec.provider.base_url, api_version=spec.provider.api_version
+                spec.provider.type,
+                secret,
+                base_url=spec.provider.base_url,
+                api_version=spec.provider.api_version,
+                guard=admission.guard(ctx.config.policy),
             ),
             spec.provider.model,
         )
@@ -174,6 +180,7 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Tar
                 secret,
                 base_url=pool.spec.provider.base_url,
                 api_version=pool.spec.provider.api_version,
+                guard=admission.guard(ctx.config.policy),
             ),
             pool.spec.provider.model,
         )
@@ -204,6 +211,7 @@ async def reconcile_pool(ctx: Context, body: Any) -> None:
         ctx.config.pool_endpoint_template,
         secret_exists,
         ctx.config.worker_image,
+        admit=lambda pool: admission.admit_pool(ctx.kube, ctx.config.policy, pool),
     )
     old = dict(body.get("status") or {})
     if status_.changed(old, new):
@@ -250,6 +258,18 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             continue
         try:
             snap = await _step(ctx, meta, spec, post, current)
+        except Refused as exc:  # the admin's policy says no: nothing was read or sent (the deadline still applies)
+            fault = faults.StepFault(exc.policy, bound(exc.message), transient=True, admission=True)
+            if await _deadline(ctx, meta, spec, fault, current, generation, post):
+                return
+            current = await _write(
+                ctx,
+                meta,
+                current,
+                status_.admitted_false(current.get("conditions", []), fault.reason, fault.message, generation),
+            )
+            await stopped.wait(interval)
+            continue
         except NotFound as exc:
             fault = faults.StepFault("NotFound", bound(f"{exc}; waiting for it"), transient=True, admission=True)
             if await _deadline(ctx, meta, spec, fault, current, generation, post):
@@ -290,11 +310,12 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
 async def _step(
     ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, post: Poster, status: dict[str, Any]
 ) -> Snapshot:
-    """One engine step of the job: resolve its provider and input, step, close the provider."""
+    """One engine step of the job: admit it, resolve its provider and input, step, close the provider."""
+    admitted = await admission.admit(ctx.kube, ctx.config.policy, meta["namespace"], spec)
     target = await target_for(ctx, meta["namespace"], spec)
     runner: JobRunner | None = None
     try:
-        job = await build_job(ctx, meta, spec, target.model, status)
+        job = await build_job(ctx, meta, spec, target.model, admitted, status)
         runner = JobRunner(
             job,
             target.provider,
@@ -333,7 +354,12 @@ async def _deadline(
     """The deadline applies to a job whose steps fail: past it the job is Failed (True: the daemon ends)."""
     try:
         done = faults.fail_at_deadline(
-            ctx.ledger, job_key(meta), spec, spec.tenant or meta["namespace"], time.time(), fault
+            ctx.ledger,
+            job_key(meta),
+            spec,
+            await admission.tenant_or_namespace(ctx.kube, meta["namespace"]),
+            time.time(),
+            fault,
         )
     except Exception:
         log.exception("cannot record the deadline failure of %s in the ledger", job_key(meta))

@@ -1,18 +1,39 @@
 """The few Kubernetes reads and writes the operator does itself (Kopf does the watching).
 
-Secrets are read only from the job's own namespace and their values never leave this module except as the
-return value: never logged, never put in events or status.
+Secrets are read only from the job's own namespace, only when they carry the label barge.dev/credential:
+"true" (barge.policy.check_secret), and their values never leave this module except as the return value:
+never logged, never put in events or status. Every path to the API server is built from names checked as
+DNS names and percent-quoted, so a name like `../../ns-b/inferencepools/gpu` cannot reach another namespace.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from barge.policy import Refused, check_secret
+
 GROUP, VERSION = "barge.dev", "v1alpha1"
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class InvalidName(Refused):
+    """A referenced object name that is not a DNS name (never sent to the API server)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("InvalidName", message)
+
+
+def dns_name(name: str, what: str = "name") -> str:
+    """`name` if it is a DNS subdomain name (what every referenced object's name must be), else InvalidName."""
+    if not name or len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+        raise InvalidName(f"{what} {name!r} is not a DNS name (lowercase letters, digits, '-' and '.')")
+    return name
 
 
 class NotFound(LookupError):
@@ -37,23 +58,39 @@ class Kube:
             await self._api.close()
             self._api = None
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str:
+    async def namespace_labels(self, name: str) -> dict[str, str]:
+        """The labels of a namespace (the admin's barge.dev/tenant lives there)."""
         core = client.CoreV1Api(await self.api())
         try:
-            secret = await core.read_namespaced_secret(name, namespace)
+            found = await core.read_namespace(dns_name(name, "namespace"))
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NotFound(f"namespace {name!r} not found") from None
+            raise
+        return dict(found.metadata.labels or {})
+
+    async def secret_data(self, namespace: str, name: str) -> dict[str, str]:
+        """Every key of a Secret marked barge.dev/credential: "true" (else policy.Refused), decoded."""
+        core = client.CoreV1Api(await self.api())
+        try:
+            secret = await core.read_namespaced_secret(dns_name(name, "Secret name"), dns_name(namespace))
         except ApiException as exc:
             if exc.status == 404:
                 raise NotFound(f"Secret {name!r} not found in namespace {namespace!r}") from None
             raise
-        data = secret.data or {}
+        check_secret(name, secret.metadata.labels)
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str:
+        data = await self.secret_data(namespace, name)
         if key not in data:
             raise NotFound(f"Secret {name!r} has no key {key!r}")
-        return base64.b64decode(data[key]).decode()
+        return data[key]
 
     async def configmap_value(self, namespace: str, name: str, key: str) -> str:
         core = client.CoreV1Api(await self.api())
         try:
-            cm = await core.read_namespaced_config_map(name, namespace)
+            cm = await core.read_namespaced_config_map(dns_name(name, "ConfigMap name"), dns_name(namespace))
         except ApiException as exc:
             if exc.status == 404:
                 raise NotFound(f"ConfigMap {name!r} not found in namespace {namespace!r}") from None
@@ -88,9 +125,10 @@ FIELD_MANAGER = "barge"
 
 
 def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """The API path of an object (or of its kind in a namespace), from checked and quoted parts."""
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    path = f"{prefix}/namespaces/{namespace}/{PLURALS[(api_version, kind)]}"
-    return f"{path}/{name}" if name else path
+    path = f"{prefix}/namespaces/{quote(dns_name(namespace, 'namespace'), safe='')}/{PLURALS[(api_version, kind)]}"
+    return f"{path}/{quote(dns_name(name, kind + ' name'), safe='')}" if name else path
 
 
 class Objects:

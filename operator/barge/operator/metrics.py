@@ -102,7 +102,9 @@ def view_job(body: Mapping[str, Any]) -> JobView:
         target = DEFAULT_RATIO
     return JobView(
         namespace=namespace,
-        tenant=str(spec.get("tenant") or namespace),
+        # Never spec.tenant (free text a team could set to another team's name): the ledger's tenant, which
+        # admission took from the namespace, replaces this for every job that was admitted.
+        tenant=namespace,
         phase=str(status.get("phase") or "Pending"),
         conditions=_true(status.get("conditions")),
         deadline=_timestamp(spec.get("deadline")),

@@ -8,6 +8,7 @@ does not own targeting the same Deployment: the pool reports `ScalingConflict` w
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,6 +19,7 @@ from barge.k8s import workers
 from barge.operator import kstatus
 from barge.operator import status as status_
 from barge.operator.kube import NotFound, Objects
+from barge.policy import Refused
 
 log = logging.getLogger("barge.operator.pools")
 PLURAL = "inferencepools"
@@ -98,7 +100,12 @@ def deployment_conditions(deployment: dict[str, Any] | None, pool: InferencePool
 
 
 async def reconcile_workers(
-    objects: Objects, pool: InferencePool, hpas: list[dict[str, Any]], image: str, endpoint_template: str
+    objects: Objects,
+    pool: InferencePool,
+    hpas: list[dict[str, Any]],
+    image: str,
+    endpoint_template: str,
+    tenancy: workers.WorkerTenancy | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Apply every worker's ConfigMap, Deployment, ScaledObject (+ TriggerAuthentication); drop removed ones."""
     meta = pool.metadata
@@ -108,7 +115,7 @@ async def reconcile_workers(
         cap = caps[worker.name]
         n = workers.worker_names(str(meta["name"]), worker.name)
         children = [
-            workers.build_worker_configmap(pool, worker, cap, endpoint_template),
+            workers.build_worker_configmap(pool, worker, cap, endpoint_template, tenancy),
             workers.build_worker_deployment(pool, worker, image),
             workers.build_trigger_auth(pool, worker),
         ]
@@ -168,6 +175,7 @@ async def reconcile(
     endpoint_template: str,
     secret_exists: Any,
     worker_image: str = "barge-operator:0.1.0",
+    admit: Callable[[InferencePool], Awaitable[workers.WorkerTenancy]] | None = None,
 ) -> dict[str, Any]:
     """Bring the children in line with the spec and return the pool's new status."""
     meta = body["metadata"]
@@ -178,6 +186,14 @@ async def reconcile(
     except ValidationError as exc:
         message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return _status(old, generation, [_cond("Ready", False, "InvalidSpec", message)], 0, "")
+    tenancy = None
+    if admit is not None:  # the admin's policy first: nothing is created for a pool it refuses
+        try:
+            tenancy = await admit(pool)
+        except Refused as exc:
+            return _status(old, generation, [_cond("Ready", False, exc.policy, exc.message)], 0, "")
+        except NotFound as exc:
+            return _status(old, generation, [_cond("Ready", False, "SecretNotFound", str(exc))], 0, "")
     endpoint = builders.endpoint(pool, endpoint_template)
     quota = pool.spec.quota.model_dump(by_alias=True)
     conds: list[dict[str, str]] = []
@@ -196,7 +212,7 @@ async def reconcile(
         except NotFound as exc:
             conds = [_cond("Ready", False, "SecretNotFound", str(exc))]
         hpas = await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", meta["namespace"])
-        worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template)
+        worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template, tenancy)
         return {
             **_status(old, generation, _combine(conds + wconds), 0, endpoint),
             "quota": quota,
@@ -231,7 +247,7 @@ async def reconcile(
         if existing:
             await objects.delete(api_version, kind, namespace, n[role])
     ready, dconds = deployment_conditions(await objects.get("apps/v1", "Deployment", namespace, n["deployment"]), pool)
-    worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template)
+    worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template, tenancy)
     return {
         **_status(old, generation, _combine(conds + dconds + wconds), ready, endpoint),
         "quota": quota,

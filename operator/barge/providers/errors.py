@@ -9,19 +9,24 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from barge.policy import bounded_error
 from barge.providers.base import Outcome, Result
 
 
 class ProviderError(Exception):
-    """Base of the domain errors raised by adapters; the SDK exception is chained as __cause__."""
+    """Base of the domain errors raised by adapters; the SDK exception is chained as __cause__.
+
+    The message and type are bounded and made printable here: whatever a provider (or a host posing as one)
+    answers is repeated in events and failures.jsonl only as a short line, never as its raw body."""
 
     error_type = "provider_error"
 
     def __init__(self, message: str, *, error_type: str = "", retry_after: float | None = None) -> None:
+        message = bounded_error(message)
         super().__init__(message)
         self.message = message
         if error_type:
-            self.error_type = error_type
+            self.error_type = bounded_error(error_type, 64)
         self.retry_after = retry_after
 
 
@@ -103,7 +108,8 @@ def from_sdk(exc: BaseException, sdk: ModuleType) -> ProviderError:
     if isinstance(exc, sdk.APITimeoutError):
         return Transient(f"timeout: {exc}", error_type="timeout")
     if isinstance(exc, sdk.APIConnectionError):
-        return Transient(f"connection failed: {exc}", error_type="connection_error")
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""  # e.g. the endpoint policy's refusal
+        return Transient(f"connection failed: {exc}{cause}", error_type="connection_error")
     if not isinstance(exc, sdk.APIStatusError):
         return Transient(f"unexpected error: {exc!r}", error_type="unknown")
     kind, message = _body_type(exc.body)

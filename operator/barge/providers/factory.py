@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from barge.providers.base import BatchProvider
+from barge.providers.guard import Allowed, guarded_transport
 
 DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
 
 
+def _http_client(sdk: Any, guard: Allowed | None) -> Any:
+    if guard is None:
+        return None  # the SDK's own client (local runs)
+    return sdk.DefaultAsyncHttpxClient(transport=guarded_transport(guard), follow_redirects=False)
+
+
 def make_provider(
-    kind: str, api_key: str, *, base_url: str = "", api_version: str = "", timeout: float = 600.0, sync_retries: int = 2
+    kind: str,
+    api_key: str,
+    *,
+    base_url: str = "",
+    api_version: str = "",
+    timeout: float = 600.0,
+    sync_retries: int = 2,
+    guard: Allowed | None = None,
 ) -> BatchProvider:
     """`base_url` is handed to the SDK unchanged (for Azure it is the endpoint). Batch creates never retry;
-    `sync_retries` applies to reads and to synchronous calls."""
+    `sync_retries` applies to reads and to synchronous calls. With `guard(host, address)` (operator mode) every
+    connection is checked against the endpoint policy and redirects are not followed."""
     # Each SDK is imported only when its provider is used: the anthropic SDK alone costs ~90 MB of RSS.
     if kind == "anthropic":
         import anthropic
@@ -20,7 +37,11 @@ def make_provider(
 
         return AnthropicProvider(
             anthropic.AsyncAnthropic(
-                api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=sync_retries
+                api_key=api_key,
+                base_url=base_url or None,
+                timeout=timeout,
+                max_retries=sync_retries,
+                http_client=_http_client(anthropic, guard),
             )
         )
     import openai
@@ -29,7 +50,13 @@ def make_provider(
 
     if kind == "openai":
         return OpenAIProvider(
-            openai.AsyncOpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=sync_retries)
+            openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=base_url or None,
+                timeout=timeout,
+                max_retries=sync_retries,
+                http_client=_http_client(openai, guard),
+            )
         )
     if kind == "azure-openai":
         if not base_url:
@@ -41,6 +68,7 @@ def make_provider(
                 api_version=api_version or DEFAULT_AZURE_API_VERSION,
                 timeout=timeout,
                 max_retries=sync_retries,
+                http_client=_http_client(openai, guard),
             ),
             azure=True,
         )

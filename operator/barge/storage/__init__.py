@@ -34,6 +34,10 @@ class StorageError(Exception):
     """A location Barge will not or cannot use; the message says which and why."""
 
 
+class StorageRefused(StorageError):
+    """A location the policy forbids or an object over its size limit: the request's fault, never worth retrying."""
+
+
 @dataclass(frozen=True)
 class StoragePolicy:
     """Where file:// may point, and how relative paths resolve."""
@@ -55,7 +59,7 @@ def _checked(url: str, policy: StoragePolicy) -> None:
     try:
         check_storage(url, policy.prefixes)
     except Refused as exc:
-        raise StorageError(str(exc)) from None
+        raise StorageRefused(str(exc)) from None
 
 
 def _check_http_host(host: str) -> None:
@@ -212,14 +216,14 @@ def read_text(url: str, policy: StoragePolicy, limit: int | None = None) -> str:
     """A whole small object as text; more than `limit` bytes is an error (and no more than that is read)."""
     fs, path = locate(url, policy)
     if limit is not None and os.path.exists(path) and isinstance(fs, LocalFileSystem) and not os.path.isfile(path):
-        raise StorageError(f"{url} is not a regular file")
+        raise StorageRefused(f"{url} is not a regular file")
     try:
         with fs.open(path, "rb") as handle:
             data = bytes(handle.read(limit + 1) if limit is not None else handle.read())
     except FileNotFoundError as exc:
         raise StorageError(f"not found: {url}") from exc
     if limit is not None and len(data) > limit:
-        raise StorageError(f"{url} is larger than the {limit}-byte limit")
+        raise StorageRefused(f"{url} is larger than the {limit}-byte limit")
     return data.decode()
 
 

@@ -1,9 +1,12 @@
 """One replica of a queue worker: receive, answer through the pool, route the outcome, repeat.
 
-Messages follow the claim-check pattern: a small JSON body with `payloadUrl` (read through barge.storage) or
-an inline `payload` object, plus `tenant`, `correlationId` and optional `metadata`. Results are upserted as
-`<output.url>/<correlationId>.json`, so a redelivered message that was already answered is completed without
-calling the model again.
+Messages follow the claim-check pattern: a small JSON body with `payloadUrl` (read through barge.storage under
+the pool's storage prefixes, at most maxPayloadBytes) or an inline `payload` object, plus `correlationId` and
+optional `metadata`. The tenant is the pool's (from the operator's config), never the message's: a message that
+names another tenant is dead-lettered, and usage is metered to the pool's tenant. Results are upserted as
+`<output.url>/<tenant>/<correlationId>.json` (without a tenant, in local runs: `<output.url>/<correlationId>.json`),
+so the idempotency key is (tenant, correlationId) and a redelivered message that was already answered is
+completed without calling the model again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from barge.batch.fallback import RateLimiter
 from barge.batch.sandbox import BoundedSandbox, render_bounded
 from barge.providers.base import BatchProvider, Outcome, Request
 from barge.providers.errors import Fatal
-from barge.storage import StorageError, StoragePolicy, join, locate, read_text, write_lines
+from barge.storage import StorageError, StoragePolicy, StorageRefused, join, locate, read_text, write_lines
 from barge.workers.queues import Message, Queue
 
 log = logging.getLogger("barge.worker")
@@ -51,6 +54,9 @@ class WorkerSettings:
     worker: str = ""
     backlog_seconds: float = 15.0
     """How often the replica samples the queue's backlog for its metrics."""
+    tenant: str = ""
+    """The pool's tenant, set by the operator; "" in local runs."""
+    max_payload_bytes: int = 10 * 1024 * 1024
 
     @classmethod
     def from_config(cls, config: dict[str, Any], storage: StoragePolicy | None = None) -> WorkerSettings:
@@ -68,10 +74,17 @@ class WorkerSettings:
             tokens_per_minute=int(limits.get("tokensPerMinute", 0)),
             tokens_per_request=int(limits.get("tokensPerRequest", 1000)),
             concurrency=int(config.get("concurrency", 4)),
-            storage=storage or StoragePolicy(),
+            storage=storage or _storage(config),
             pool=str(config.get("pool", "")),
             worker=str(config.get("worker", "")),
+            tenant=str(config.get("tenant", "")),
+            max_payload_bytes=int(config.get("maxPayloadBytes", cls.max_payload_bytes)),
         )
+
+
+def _storage(config: dict[str, Any]) -> StoragePolicy:
+    prefixes = (config.get("storage") or {}).get("prefixes")
+    return StoragePolicy() if prefixes is None else StoragePolicy(prefixes=tuple(prefixes))
 
 
 class _Bound:
@@ -153,7 +166,10 @@ class Worker:
         self._locks: dict[str, asyncio.Lock] = {}  # one answer per correlationId, even for duplicates in one batch
 
     def _result_url(self, correlation_id: str) -> str:
-        return join(self.settings.output_url, f"{correlation_id}.json")
+        base = (
+            join(self.settings.output_url, self.settings.tenant) if self.settings.tenant else self.settings.output_url
+        )
+        return join(base, f"{correlation_id}.json")
 
     def _answered(self, correlation_id: str) -> bool:
         fs, path = locate(self._result_url(correlation_id), self.settings.storage)
@@ -174,7 +190,8 @@ class Worker:
         if "payload" in envelope:
             payload = envelope["payload"]
         elif "payloadUrl" in envelope:
-            payload = json.loads(read_text(str(envelope["payloadUrl"]), self.settings.storage))
+            url = str(envelope["payloadUrl"])
+            payload = json.loads(read_text(url, self.settings.storage, limit=self.settings.max_payload_bytes))
         else:
             raise ValueError("the message has neither payload nor payloadUrl")
         if not isinstance(payload, dict):
@@ -188,7 +205,10 @@ class Worker:
             correlation_id = str(envelope["correlationId"])
             if not SAFE_ID.match(correlation_id):
                 raise ValueError(f"correlationId {correlation_id!r} must match {SAFE_ID.pattern}")
-            tenant = str(envelope.get("tenant", ""))
+            claimed = str(envelope.get("tenant") or "")
+            tenant = self.settings.tenant
+            if tenant and claimed and claimed != tenant:
+                raise ValueError(f"the message names tenant {claimed!r}; this worker serves {tenant!r}")
         except (ValueError, KeyError, TypeError, RecursionError) as exc:  # deep JSON included
             await self.queue.dead_letter(message, "invalid", bound(f"malformed message: {exc}", 500))
             self.metrics.dead.labels("invalid").inc()
@@ -224,7 +244,13 @@ class Worker:
         return "abandoned"
 
     async def _answer(self, message: Message, envelope: dict[str, Any], correlation_id: str, tenant: str) -> str:
-        if self._answered(correlation_id):
+        try:
+            answered = self._answered(correlation_id)
+        except StorageRefused as exc:  # the output is outside the pool's storage prefixes: visible, never silent
+            await self.queue.dead_letter(message, "invalid", bound(str(exc), 500))
+            self.metrics.dead.labels("invalid").inc()
+            return "dead:invalid"
+        if answered:
             await self.queue.complete(message)
             self.metrics.processed.labels("duplicate").inc()
             return "duplicate"
@@ -237,6 +263,10 @@ class Worker:
             payload = self._payload(envelope)
             # A dict, not keywords: a payload key such as "self" must not clash with render()'s own parameters.
             user = render_bounded(self.template.generate(payload), self.sandbox.limits.max_output)
+        except StorageRefused as exc:  # payloadUrl outside the pool's storage prefixes or over the size limit
+            await self.queue.dead_letter(message, "invalid", bound(str(exc), 500))
+            self.metrics.dead.labels("invalid").inc()
+            return "dead:invalid"
         except (StorageError, OSError):
             raise  # the store, not the message: redelivered (see _failed)
         except Exception as exc:  # the message's own fault (bad JSON, template error or limit): never retried
