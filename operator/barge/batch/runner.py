@@ -160,7 +160,7 @@ class JobRunner:
         if self.budget_hold():
             return self.snapshot()
         try:
-            await self._reconcile_intents()
+            await self._reconcile_intents(give_up=bool(row["cutoff_done"]))
             await self._poll(cutoff_done=bool(row["cutoff_done"]))
             if self.job.spec.suspend:
                 await self._cancel_live("Suspended", "suspended: in-flight batches cancelled, holding")
@@ -323,9 +323,16 @@ class JobRunner:
             info.created_at.timestamp(),
         )
 
-    async def _reconcile_intents(self) -> None:
+    async def _reconcile_intents(self, *, give_up: bool = False) -> None:
         await adoption.reconcile_intents(
-            self.ledger, self.job.key, self.provider, self.tag, self.settings.adopt_window, self._record, self.on_event
+            self.ledger,
+            self.job.key,
+            self.provider,
+            self.tag,
+            self.settings.adopt_window,
+            self._record,
+            self.on_event,
+            give_up=give_up,
         )
 
     # --- polling and ingestion ----------------------------------------------------------------------------------
