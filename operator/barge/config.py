@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from barge.ledger import lifetime
 from barge.policy import Policy, parse
 
 PRIORITY_MAX = 2**31 - 1
@@ -62,6 +63,12 @@ class OperatorConfig:
     provider's copies of prompts and results once a job's outputs are written."""
     output_expires_after_days: int = 14
     """Default of spec.retention.outputExpiresAfterDays (BARGE_OUTPUT_EXPIRES_AFTER_DAYS, 14..30)."""
+    ledger_purge_seconds: float = 3600.0
+    """Seconds between the operator's ledger purges (BARGE_LEDGER_PURGE_SECONDS; 0 turns the timer off): texts past
+    their spec.retention keep times are dropped (operator/purge.py)."""
+    ledger_purge_older_than: str = ""
+    """Also drop the texts of every job that ended longer ago than this, e.g. 30d (BARGE_LEDGER_PURGE_OLDER_THAN;
+    empty: only keep times count)."""
     peering: str | None = None
     """Kopf peering name for several operator replicas; None runs standalone."""
     peering_priority: int = 0
@@ -100,6 +107,8 @@ class OperatorConfig:
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
             "peering_priority": peering_priority(env.get("BARGE_PEERING_PRIORITY", str(cls.peering_priority))),
             "peering_lifetime": int(env.get("BARGE_PEERING_LIFETIME", cls.peering_lifetime)),
+            "ledger_purge_seconds": float(env.get("BARGE_LEDGER_PURGE_SECONDS", cls.ledger_purge_seconds)),
+            "ledger_purge_older_than": env.get("BARGE_LEDGER_PURGE_OLDER_THAN", cls.ledger_purge_older_than),
             "delete_provider_copies": env.get("BARGE_DELETE_PROVIDER_COPIES", "true").strip().lower()
             in ("true", "1", "yes"),
             "output_expires_after_days": int(env.get("BARGE_OUTPUT_EXPIRES_AFTER_DAYS", cls.output_expires_after_days)),
@@ -110,6 +119,8 @@ class OperatorConfig:
         config = cls(**values)  # type: ignore[arg-type]
         if config.poll_seconds <= 0:
             raise ValueError("poll seconds must be positive")
+        if config.ledger_purge_older_than:
+            lifetime.seconds(config.ledger_purge_older_than)  # a bad duration stops the operator at start-up
         if not 14 <= config.output_expires_after_days <= 30:
             raise ValueError("output expiry must be 14..30 days (what Azure accepts; OpenAI accepts it too)")
         if config.peering_lifetime < 2:

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from barge.ledger import Ledger
 from barge.ledger.schema import items, payloads
 from barge.operator.jobs import Context, delete_job
 from barge.operator.metrics import BargeCollector
+from barge.operator.purge import purge_once
 from tests.conftest import Factory, state
 from tests.e2e.test_ha import fresh_database
 from tests.integration.test_crash_safety import N_ITEMS, barge_run, manifest
@@ -216,3 +218,17 @@ async def test_deleting_a_job_drops_its_texts_and_keeps_its_audit_rows(start_emu
     assert len(ctx.ledger.batches_of(job.key)) == len(snap.batches)
     assert events == []
     ctx.ledger.close()
+
+
+async def test_operator_purge_drops_texts_when_their_keep_time_has_passed(
+    start_emulator: Factory, tmp_path: Path
+) -> None:
+    url = str(tmp_path / "l.db")
+    job, _, _ = await finish(tmp_path, url, start_emulator(), keepPayloadsFor="1h", keepOutputsFor="3h")
+    ledger, now = Ledger(url), time.time()
+    assert purge_once(OperatorConfig(), ledger, now) == (0, 0)
+    assert purge_once(OperatorConfig(), ledger, now + 2 * 3600) == (40, 0)
+    assert ledger_texts(url, job.key) == (0, 40)
+    assert purge_once(OperatorConfig(ledger_purge_older_than="1h"), ledger, now + 2 * 3600) == (0, 40)
+    assert ledger_texts(url, job.key) == (0, 0)
+    ledger.close()

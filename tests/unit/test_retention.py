@@ -60,3 +60,13 @@ def test_operator_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("BARGE_OUTPUT_EXPIRES_AFTER_DAYS", "7")
     with pytest.raises(ValueError, match=r"14\.\.30"):
         OperatorConfig.from_env()
+
+
+def test_operator_purge_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BARGE_LEDGER_PURGE_SECONDS", "600")
+    monkeypatch.setenv("BARGE_LEDGER_PURGE_OLDER_THAN", "30d")
+    config = OperatorConfig.from_env()
+    assert (config.ledger_purge_seconds, config.ledger_purge_older_than) == (600.0, "30d")
+    monkeypatch.setenv("BARGE_LEDGER_PURGE_OLDER_THAN", "a month")
+    with pytest.raises(ValueError, match="duration"):
+        OperatorConfig.from_env()

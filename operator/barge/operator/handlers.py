@@ -6,6 +6,7 @@ under the default kopf.zalando.org prefix.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -14,7 +15,7 @@ import kopf
 from barge.batch import prices
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
-from barge.operator import diffbase, jobs, metrics, pools, schedules
+from barge.operator import diffbase, jobs, metrics, pools, purge, schedules
 from barge.operator.kube import Kube
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
@@ -42,9 +43,13 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         memo["ctx"] = ctx
         if config.metrics_port:
             memo["server"] = await metrics.start_server(ctx, config.metrics_port)
+        if config.ledger_purge_seconds > 0:
+            memo["purge"] = asyncio.create_task(purge.run(config, ctx.ledger))
 
     @on.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        if "purge" in memo:
+            memo["purge"].cancel()
         if "server" in memo:
             await memo["server"].cleanup()
         await memo["ctx"].kube.close()

@@ -1,0 +1,37 @@
+"""The operator's ledger purge timer: what `barge ledger purge` does, on a schedule, so texts kept for a while
+(spec.retention.keepPayloadsFor / keepOutputsFor) really go when their time has passed.
+
+Every `ledger_purge_seconds` it drops the texts past their keep times and, when `ledger_purge_older_than` is set,
+those of every job that ended longer ago. Several replicas may run it at once: dropping is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from barge.config import OperatorConfig
+from barge.ledger import Ledger, lifetime
+
+log = logging.getLogger("barge.operator")
+
+
+def purge_once(config: OperatorConfig, ledger: Ledger, now: float) -> tuple[int, int]:
+    """(payload rows, outputs) dropped now."""
+    older = config.ledger_purge_older_than
+    before = now - lifetime.seconds(older) if older else None
+    return lifetime.drop_texts(ledger, now, finished_before=before)
+
+
+async def run(config: OperatorConfig, ledger: Ledger) -> None:
+    """Until cancelled (the operator's cleanup); a failing purge is logged and tried again next time."""
+    while True:
+        await asyncio.sleep(config.ledger_purge_seconds)
+        try:
+            dropped = await asyncio.to_thread(purge_once, config, ledger, time.time())
+        except Exception:
+            log.exception("ledger purge failed; trying again in %s s", config.ledger_purge_seconds)
+            continue
+        if any(dropped):
+            log.info("ledger purge: dropped %d prompts and %d outputs", *dropped)
