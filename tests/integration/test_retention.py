@@ -232,3 +232,39 @@ async def test_operator_purge_drops_texts_when_their_keep_time_has_passed(
     assert purge_once(OperatorConfig(ledger_purge_older_than="1h"), ledger, now + 2 * 3600) == (0, 40)
     assert ledger_texts(url, job.key) == (0, 0)
     ledger.close()
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+async def test_a_failed_delete_holds_the_final_phase_until_it_is_retried(
+    start_emulator: Factory, tmp_path: Path, kind: str
+) -> None:
+    emu = start_emulator({"batch": {"deleteFailures": 1}})
+    job = make_job(tmp_path, kind, 20)
+    ledger = Ledger(str(tmp_path / "l.db"))
+    events: list[str] = []
+    runner = JobRunner(
+        job, provider_for(kind, emu.url), ledger, prices.load(), FAST, on_event=lambda r, m, k: events.append(r)
+    )
+    snap = await run_to_end(runner)
+    assert snap.phase == "Succeeded"
+    assert events.index("CleanupPending") < events.index("ProviderCopiesDeleted") < events.index("Completed")
+    ids = {b["batch_id"] for b in ledger.batches_of(job.key)}
+    assert left_at_provider(emu, ids) == []
+    assert {b["cleanup"] for b in ledger.batches_of(job.key)} == {"done"}
+
+
+async def test_a_refused_delete_is_reported_and_the_job_still_ends(start_emulator: Factory, tmp_path: Path) -> None:
+    emu = start_emulator({"batch": {"deleteForbidden": True}})
+    job = make_job(tmp_path, "openai", 20)
+    ledger = Ledger(str(tmp_path / "l.db"))
+    events: list[str] = []
+    runner = JobRunner(
+        job, provider_for("openai", emu.url), ledger, prices.load(), FAST, on_event=lambda r, m, k: events.append(r)
+    )
+    snap = await run_to_end(runner)
+    assert snap.phase == "Succeeded"
+    assert "ProviderCopiesKept" in events
+    assert "ProviderCopiesDeleted" not in events
+    assert {b["cleanup"] for b in ledger.batches_of(job.key)} == {"failed"}
+    ids = {b["batch_id"] for b in ledger.batches_of(job.key)}
+    assert left_at_provider(emu, ids) != []

@@ -206,6 +206,9 @@ async def cancel_batch(request: web.Request) -> web.Response:
 
 async def delete_batch(request: web.Request) -> web.Response:
     store = _store(request)
+    fault = store.delete_fault()
+    if fault is not None:
+        return error(fault[0], fault[1])
     batch = _find(request)
     if batch is None:
         return _missing(request)

@@ -241,6 +241,7 @@ class Store:
         self.files: dict[str, dict[str, Any]] = {}
         self.deleted_files: set[str] = set()  # a deleted output file stays deleted when its batch is read again
         self.creates = 0
+        self.deletes = 0
         self.sync_requests = 0
         self.rate_limited = 0
         self._sync_rng = random.Random(f"{profile.seed}:sync")
@@ -269,6 +270,15 @@ class Store:
         )
         self.batches[batch_id] = batch
         return batch
+
+    def delete_fault(self) -> tuple[int, str] | None:
+        """(status, message) when the profile makes this delete fail (counted either way), else None."""
+        self.deletes += 1
+        if self.profile.batch.delete_forbidden:
+            return 403, "This API key may not delete this resource."
+        if self.deletes <= self.profile.batch.delete_failures:
+            return 500, "The server had an error while processing your request."
+        return None
 
     def sync_outcome(self) -> str:
         self.sync_requests += 1

@@ -240,6 +240,9 @@ async def get_file(request: web.Request) -> web.Response:
 async def delete_file(request: web.Request) -> web.Response:
     store = _store(request)
     file_id = request.match_info["file_id"]
+    fault = store.delete_fault()
+    if fault is not None:
+        return error(fault[0], fault[1], type_="server_error" if fault[0] >= 500 else "permission_error")
     if store.files.pop(file_id, None) is None:
         return error(404, f"No such File object: {file_id}", param="id")
     store.deleted_files.add(file_id)

@@ -32,6 +32,10 @@ class BatchProfile:
     """How long canceling/cancelling lasts before the batch ends with partial results."""
     azure_enqueued_token_limit: int = 0
     """Azure: enqueued prompt tokens allowed per deployment across live batches; 0 = unlimited."""
+    delete_failures: int = 0
+    """The first N deletes (OpenAI/Azure files, Anthropic batches) answer 500 and delete nothing."""
+    delete_forbidden: bool = False
+    """Every delete answers 403, as for a key that may not delete."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ def parse_profile(data: dict[str, Any] | None) -> Profile:
             create_failures_after_accept=int(batch.get("createFailuresAfterAccept", 0)),
             cancel_seconds=float(batch.get("cancelSeconds", 0.5)),
             azure_enqueued_token_limit=int(batch.get("azureEnqueuedTokenLimit", 0)),
+            delete_failures=int(batch.get("deleteFailures", 0)),
+            delete_forbidden=bool(batch.get("deleteForbidden", False)),
         ),
         sync=SyncProfile(
             latency_ms=float(sync.get("latencyMs", 50.0)),
