@@ -150,7 +150,15 @@ class RabbitMQ:
             if incoming is None:
                 break
             deliveries = int((incoming.headers or {}).get("x-barge-deliveries", 0)) + 1
-            out.append(Message(str(incoming.message_id or incoming.delivery_tag), incoming.body, deliveries, incoming))
+            message = Message(str(incoming.message_id or incoming.delivery_tag), incoming.body, deliveries, incoming)
+            if incoming.redelivered:
+                # A consumer died holding it (RabbitMQ requeues without counting): count that delivery in a
+                # persistent copy, so a message that kills replicas still reaches maxDeliveries.
+                await self._move(
+                    message, {**(incoming.headers or {}), "x-barge-deliveries": deliveries}, self.queue_name
+                )
+                continue
+            out.append(message)
         return out
 
     async def complete(self, message: Message) -> None:

@@ -213,6 +213,12 @@ class Worker:
             await self.queue.dead_letter(message, "invalid", bound(f"malformed message: {exc}", 500))
             self.metrics.dead.labels("invalid").inc()
             return "dead:invalid"
+        if message.deliveries > self.settings.max_deliveries:  # replicas died handling it: never again
+            await self.queue.dead_letter(
+                message, "infrastructure", f"delivered {message.deliveries} times without an answer"
+            )
+            self.metrics.dead.labels("infrastructure").inc()
+            return "dead:infrastructure"
         lock = self._locks.setdefault(correlation_id, asyncio.Lock())
         try:
             async with lock:
