@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import func, select
 
-from barge.batch import prices
+from barge.batch import prices, retention
 from barge.batch.runner import JobRunner
 from barge.config import OperatorConfig
 from barge.emulator.server import EmulatorThread
@@ -268,3 +268,23 @@ async def test_a_refused_delete_is_reported_and_the_job_still_ends(start_emulato
     assert {b["cleanup"] for b in ledger.batches_of(job.key)} == {"failed"}
     ids = {b["batch_id"] for b in ledger.batches_of(job.key)}
     assert left_at_provider(emu, ids) != []
+
+
+def test_batches_from_before_the_upgrade_are_legacy(tmp_path: Path) -> None:
+    """A ledger written before cleanups existed: its batches get `legacy`, still cleaned if their job is stepped again
+    but not counted as pending (jobs that had ended are never stepped again)."""
+    path = tmp_path / "old.db"
+    ledger = Ledger(str(path))
+    ledger.ensure_job("ns/old/uid", "h", "t", "m")
+    ledger.record_batch("ns/old/uid", "s00000", "msgbatch_old", "anthropic", 1, 10, "ended", 1.0)
+    ledger.set_batch("ns/old/uid", "msgbatch_old", ingested=True)
+    ledger.close()
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE batches DROP COLUMN cleanup")  # what an older Barge wrote
+    upgraded = Ledger(str(path))
+    assert [b["cleanup"] for b in upgraded.batches_of("ns/old/uid")] == ["legacy"]
+    assert retention.pending(upgraded, "ns/old/uid") == ["msgbatch_old"]
+    upgraded.record_batch("ns/old/uid", "s00001", "msgbatch_new", "anthropic", 1, 10, "ended", 2.0)
+    assert [b["cleanup"] for b in upgraded.batches_of("ns/old/uid")] == ["legacy", ""]
+    upgraded.close()
+    assert cleanup_metrics(path)["barge_provider_cleanups_pending"] == 0

@@ -39,6 +39,9 @@ Event = Callable[[str, str, str], None]
 DAY = 86400
 #: ledger batch statuses of batches that are not (or no longer) ours to delete
 NOT_OURS = frozenset({"foreign", "not_found"})
+#: `cleanup` of batches recorded before Barge had cleanups: cleaned if their job is stepped again (jobs still running
+#: at the upgrade), but not counted as pending, since jobs that had ended are never stepped again
+LEGACY = "legacy"
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def pending(ledger: Ledger, job: str) -> list[str]:
     return [
         b["batch_id"]
         for b in ledger.batches_of(job)
-        if b["ingested"] and not b["cleanup"] and b["status"] not in NOT_OURS
+        if b["ingested"] and b["cleanup"] in ("", LEGACY) and b["status"] not in NOT_OURS
     ]
 
 

@@ -106,14 +106,15 @@ batches = Table(
     # requests the provider let expire (its 24 h window), counted in the same transactions; read by the metrics
     Column("expired", Integer, nullable=False, default=0),
     # what Barge deleted at the provider after ingestion: "" (nothing yet: a pending cleanup once `ingested`),
-    # "done", or "kept" (retention turned off). See batch/retention.py.
+    # "done", "kept" (retention turned off), "failed" (the provider refused), "legacy". See batch/retention.py.
     Column("cleanup", String(8), nullable=False, default=""),
 )
 
 #: Columns added after a table's first release: (table, column, SQL type and default), added when missing.
 ADDED_COLUMNS = (
     ("batches", "expired", "INTEGER NOT NULL DEFAULT 0"),
-    ("batches", "cleanup", "VARCHAR(8) NOT NULL DEFAULT ''"),
+    # batches recorded before an upgrade: "legacy" (still cleaned when their job is stepped, not counted as pending)
+    ("batches", "cleanup", "VARCHAR(8) NOT NULL DEFAULT 'legacy'"),
     ("jobs", "payloads_until", "FLOAT"),
     ("jobs", "outputs_until", "FLOAT"),
 )
