@@ -387,3 +387,63 @@ def test_nothing_of_one_team_reaches_the_other(
     assert globex.namespace not in seen
     assert GLOBEX_KEY not in operator.output()
     assert ACME_KEY not in operator.output()
+
+
+# --- InferencePools -------------------------------------------------------------------------------------------
+def pool_doc(name: str, **engine: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "barge.dev/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": {"name": name},
+        "spec": {"model": "meta-llama/Llama-3.1-8B-Instruct", "engine": {"gpus": 1, **engine}},
+    }
+
+
+def pool_reason(cluster: Cluster, ns: str, name: str, reason: str) -> Callable[[], dict[str, Any] | None]:
+    def found() -> dict[str, Any] | None:
+        st = kubectl_json(cluster, "-n", ns, "get", "bpool", name).get("status") or {}
+        conds = st.get("conditions", []) if isinstance(st, dict) else []
+        return next((c for c in conds if c.get("reason") == reason), None)
+
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "engine", "reason"),
+    [
+        ("miner", {"image": "attacker/miner:latest"}, "ImagePolicy"),
+        ("flags", {"args": {"extra": ["--trust-remote-code"]}}, "ImagePolicy"),
+        ("hf-token", {"hfTokenSecretRef": {"name": "db-credentials", "key": "password"}}, "SecretPolicy"),
+    ],
+)
+def test_inference_pool_with_any_image_flags_or_secret_is_refused(
+    cluster: Cluster, teams: dict[str, Team], name: str, engine: dict[str, Any], reason: str
+) -> None:
+    acme = teams["acme"]
+    credential_secret(cluster, acme.namespace, "db-credentials", {"password": DB_PASSWORD}, marked=False)
+    apply(cluster, acme.namespace, pool_doc(name, **engine))
+    wait_for(pool_reason(cluster, acme.namespace, name, reason), 60, f"{reason} on pool {name}")
+    deployments = kubectl_json(cluster, "-n", acme.namespace, "get", "deployments")["items"]  # type: ignore[index]
+    assert not [d for d in deployments if d["metadata"]["name"].startswith(f"{name}-")], "nothing was created"
+
+
+def test_server_side_apply_does_not_take_over_an_existing_service_of_the_same_name(
+    cluster: Cluster, teams: dict[str, Team]
+) -> None:
+    acme = teams["acme"]
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "shared-name", "labels": {"owner": "someone-else"}},
+        "spec": {"selector": {"app": "billing"}, "ports": [{"port": 443, "targetPort": 8443}]},
+    }
+    apply(cluster, acme.namespace, theirs)
+    apply(cluster, acme.namespace, pool_doc("shared-name"))
+    cond = wait_for(pool_reason(cluster, acme.namespace, "shared-name", "NameConflict"), 60, "NameConflict")
+    assert "Service 'shared-name'" in cond["message"]
+    svc = kubectl_json(cluster, "-n", acme.namespace, "get", "service", "shared-name")
+    assert svc["spec"]["selector"] == {"app": "billing"}  # type: ignore[index]
+    assert [p["port"] for p in svc["spec"]["ports"]] == [443]  # type: ignore[index]
+    assert not svc["metadata"].get("ownerReferences")  # type: ignore[union-attr]
+    managers = {m["manager"] for m in svc["metadata"].get("managedFields", [])}  # type: ignore[union-attr]
+    assert "barge" not in managers

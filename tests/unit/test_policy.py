@@ -300,3 +300,50 @@ def test_api_paths_are_built_from_checked_parts() -> None:
         "/apis/barge.dev/v1alpha1/namespaces/team-a/inferencepools/gpu.v1"
     )
     assert object_path("v1", "Service", "team-a") == "/api/v1/namespaces/team-a/services"
+
+
+# --- generated workloads ---------------------------------------------------------------------------------------
+def test_pool_and_worker_pods_carry_no_token_run_as_non_root_and_are_bounded() -> None:
+    from barge.api.pool import InferencePool
+    from barge.k8s import pool as builders
+    from barge.k8s import workers
+
+    doc = {
+        "metadata": {"name": "p", "namespace": "team-a", "uid": "u"},
+        "spec": {
+            "model": "m",
+            "engine": {"gpus": 1},
+            "workers": [
+                {
+                    "name": "w",
+                    "queue": {"type": "redis-streams", "address": "r:6379", "stream": "s"},
+                    "output": {"url": "file:///data/team-a/out/"},
+                }
+            ],
+        },
+    }
+    pool = InferencePool.model_validate(doc)
+    engine = builders.build_deployment(pool)["spec"]["template"]["spec"]
+    worker = workers.build_worker_deployment(pool, pool.spec.workers[0], "barge:1")["spec"]["template"]["spec"]
+    for pod in (engine, worker):
+        assert pod["automountServiceAccountToken"] is False
+        container = pod["containers"][0]
+        assert (pod.get("securityContext", {}) | container["securityContext"]).get("runAsNonRoot") is True
+        assert container["resources"]["requests"]
+        assert container["resources"]["limits"]
+    shm = next(v for v in engine["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": builders.SHM_SIZE}
+
+
+@pytest.mark.parametrize(
+    ("value", "literal"),
+    [
+        ("meta-llama/Llama-3.1-8B", '"meta-llama/Llama-3.1-8B"'),
+        ('m"}) or vector(1000) #', '"m\\"}) or vector(1000) #"'),
+        ("a\\b\nc", '"a\\\\b\\nc"'),
+    ],
+)
+def test_promql_label_values_are_string_literals(value: str, literal: str) -> None:
+    from barge.k8s.pool import promql_string
+
+    assert promql_string(value) == literal

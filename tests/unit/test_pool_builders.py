@@ -76,7 +76,7 @@ def test_gpu_shm_cache_and_probes() -> None:
     container = pod["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod["volumes"]
     assert {"name": "models", "persistentVolumeClaim": {"claimName": "llama-interactive-model-cache"}} in pod["volumes"]
     assert container["startupProbe"]["httpGet"]["path"] == "/v1/models"
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 1800

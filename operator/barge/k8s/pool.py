@@ -18,6 +18,11 @@ PORT = 8000
 PENDING_METRIC = "barge_pool_pending_requests"
 """The operator's gauge of requests waiting for an engine pool (operator/metrics.py), read by its ScaledObject."""
 MANAGED_BY = "barge"
+#: /dev/shm of a vLLM pod (tensor parallelism uses shared memory); bounded so a pod cannot fill the node's RAM.
+SHM_SIZE = "8Gi"
+#: vLLM runs as this non-root user; HOME is an emptyDir so caches outside /models stay writable.
+ENGINE_UID = 1000
+ENGINE_DEFAULT_REQUESTS = {"cpu": "1", "memory": "8Gi"}
 #: Labels a GitOps tool uses to track what it applied; copying them to children makes the tool think it owns
 #: (and must prune) objects Barge generated.
 TRACKING_PREFIXES = (
@@ -140,9 +145,8 @@ def build_deployment(pool: InferencePool) -> dict[str, Any]:
     gpu = {"nvidia.com/gpu": str(engine.gpus)} if engine.gpus else {}
     resources = {**engine.resources}
     resources["limits"] = {**resources.get("limits", {}), **gpu}
-    if gpu:
-        resources["requests"] = {**resources.get("requests", {}), **gpu}
-    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/models"}]
+    resources["requests"] = {**ENGINE_DEFAULT_REQUESTS, **resources.get("requests", {}), **gpu}
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/models"}, {"name": "HOME", "value": "/home/vllm"}]
     if engine.hf_token_secret_ref is not None:
         ref = engine.hf_token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -163,12 +167,18 @@ def build_deployment(pool: InferencePool) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - tensor parallelism needs shared memory
             {"name": "models", "mountPath": "/models"},
+            {"name": "home", "mountPath": "/home/vllm"},
         ],
         # /health answers before the weights are loaded; /v1/models only once the model is served.
         "startupProbe": {**probe(), "periodSeconds": 10, "failureThreshold": math.ceil(engine.startup_seconds / 10)},
         "readinessProbe": {**probe(), "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": ENGINE_UID,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] if engine.gpus else []
     spec: dict[str, Any] = {
@@ -178,12 +188,24 @@ def build_deployment(pool: InferencePool) -> dict[str, Any]:
             "metadata": {"labels": labels_for(pool)},
             "spec": {
                 "containers": [container],
-                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "models", **cache}],
+                # the engine never talks to the API server: no token in the pod
+                "automountServiceAccountToken": False,
+                "volumes": [
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+                    {"name": "models", **cache},
+                    {"name": "home", "emptyDir": {}},
+                ],
                 "tolerations": tolerations + list(engine.tolerations),
                 "nodeSelector": dict(engine.node_selector),
                 # long enough for in-flight generations to finish after the endpoint stops receiving traffic
                 "terminationGracePeriodSeconds": 120,
-                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                "securityContext": {
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                    "runAsNonRoot": True,
+                    "runAsUser": ENGINE_UID,
+                    "runAsGroup": ENGINE_UID,
+                    "fsGroup": ENGINE_UID,  # the model cache volume is writable by the engine's user
+                },
             },
         },
     }
@@ -256,6 +278,12 @@ def build_service_monitor(pool: InferencePool) -> dict[str, Any] | None:
     }
 
 
+def promql_string(value: str) -> str:
+    """`value` as a double-quoted PromQL string literal (backslash, quote and line breaks escaped)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
 def build_scaled_object(pool: InferencePool, prometheus_url: str) -> dict[str, Any] | None:
     """KEDA on vllm:num_requests_waiting of this pool's model, and on the work Barge knows is waiting for the pool.
 
@@ -267,9 +295,10 @@ def build_scaled_object(pool: InferencePool, prometheus_url: str) -> dict[str, A
         return None
     scaling = engine.autoscaling
     name = str(pool.metadata["name"])
-    namespace = pool.metadata["namespace"]
-    query = f'sum(vllm:num_requests_waiting{{namespace="{namespace}",model_name="{pool.spec.model}"}})'
-    pending = f'sum({PENDING_METRIC}{{namespace="{namespace}",pool="{name}"}})'
+    namespace = promql_string(str(pool.metadata["namespace"]))
+    # Label values are PromQL string literals: a model name cannot close the matcher and add its own query.
+    query = f"sum(vllm:num_requests_waiting{{namespace={namespace},model_name={promql_string(pool.spec.model)}}})"
+    pending = f"sum({PENDING_METRIC}{{namespace={namespace},pool={promql_string(name)}}})"
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",

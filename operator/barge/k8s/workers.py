@@ -22,6 +22,7 @@ from barge.k8s.pool import MANAGED_BY, bounded, endpoint, inherited_labels, obje
 
 WORKER_PORT = 9100
 HEADROOM = 0.95
+WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ def build_worker_deployment(pool: InferencePool, worker: Worker, image: str) -> 
                             "env": env,
                             "ports": [{"name": "metrics", "containerPort": WORKER_PORT}],
                             "volumeMounts": [{"name": "config", "mountPath": "/etc/barge", "readOnly": True}],
+                            "resources": WORKER_RESOURCES,
                             "securityContext": {
                                 "runAsNonRoot": True,
                                 "allowPrivilegeEscalation": False,
@@ -190,6 +192,7 @@ def build_worker_deployment(pool: InferencePool, worker: Worker, image: str) -> 
                         }
                     ],
                     "volumes": [{"name": "config", "configMap": {"name": n["configmap"]}}],
+                    "automountServiceAccountToken": False,  # a worker reads its queue, never the API server
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                 },
             },

@@ -1,8 +1,10 @@
 """InferencePool in the cluster: apply the engine's children, guard against competing HPAs, report status.
 
 Children are applied with server-side apply (field manager `barge`) and carry an owner reference, so the
-garbage collector removes them with the pool. A KEDA ScaledObject is never created beside an HPA that KEDA
-does not own targeting the same Deployment: the pool reports `ScalingConflict` with the HPA's name instead.
+garbage collector removes them with the pool. An object of a child's name that the pool did not create is never
+applied over (a `NameConflict`, and an engine pool is not Ready while it lasts). A KEDA ScaledObject is never
+created beside an HPA that KEDA does not own targeting the same Deployment: the pool reports `ScalingConflict`
+with the HPA's name instead.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ async def reconcile_workers(
     """Apply every worker's ConfigMap, Deployment, ScaledObject (+ TriggerAuthentication); drop removed ones."""
     meta = pool.metadata
     caps = workers.quota_caps(pool)
-    statuses, conflicts = [], []
+    statuses, conflicts, clashes = [], [], []
     for worker in pool.spec.workers:
         cap = caps[worker.name]
         n = workers.worker_names(str(meta["name"]), worker.name)
@@ -133,7 +135,9 @@ async def reconcile_workers(
                 await objects.delete("keda.sh/v1alpha1", "ScaledObject", meta["namespace"], n["scaledobject"])
         for child in children:
             if child is not None:
-                await objects.apply(child)
+                clash = await apply_owned(objects, child, meta["uid"])
+                if clash:
+                    clashes.append(f"worker {worker.name}: {clash}")
         statuses.append(
             {
                 "name": worker.name,
@@ -165,6 +169,8 @@ async def reconcile_workers(
     ]
     if conflicts:
         conds.append(_cond("ScalingConflict", True, "ForeignHPA", "; ".join(conflicts) + ": no ScaledObject"))
+    if clashes:
+        conds.append(_cond("NameConflict", True, "ObjectNotOwned", "; ".join(clashes)))
     return statuses, conds
 
 
@@ -237,8 +243,9 @@ async def reconcile(
         )
     else:
         conds.append(_cond("ScalingConflict", False, "NoConflict"))
-    for child in children:
-        await objects.apply(child)
+    clashes = [clash for child in children if (clash := await apply_owned(objects, child, meta["uid"]))]
+    if clashes:  # jobs must not be sent to someone else's Service: the pool is not Ready while names clash
+        return _status(old, generation, [_cond("Ready", False, "NameConflict", "; ".join(clashes))], 0, "")
     wanted = {(c["apiVersion"], c["kind"]) for c in children}
     for api_version, kind, role in CHILD_KINDS:
         if (api_version, kind) in wanted:
@@ -265,6 +272,17 @@ def _combine(conds: list[dict[str, str]]) -> list[dict[str, str]]:
         elif c["status"] == before["status"] and c["message"] and c["message"] not in before["message"]:
             before["message"] = "; ".join(m for m in (before["message"], c["message"]) if m)
     return list(out.values())
+
+
+async def apply_owned(objects: Objects, child: dict[str, Any], uid: str) -> str:
+    """Server-side apply `child` unless an object of that name exists that this pool did not create: then nothing
+    is changed (apply with force would take its fields over) and the clash is returned for a condition."""
+    meta = child["metadata"]
+    found = await objects.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+    if found is not None and not any(o.get("uid") == uid for o in found["metadata"].get("ownerReferences") or []):
+        return f"{child['kind']} {meta['name']!r} already exists and was not created by this pool; it is left alone"
+    await objects.apply(child)
+    return ""
 
 
 async def _owned(objects: Objects, api_version: str, kind: str, namespace: str, name: str, uid: str) -> bool:
