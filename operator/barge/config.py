@@ -58,6 +58,8 @@ class OperatorConfig:
     """Requests per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_REQUESTS)."""
     max_shard_bytes: int = 0
     """Encoded bytes per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_BYTES)."""
+    planner_memory_mb: int = 256
+    """Address space of each job's planner process, which renders the templates (BARGE_PLANNER_MEMORY_MB)."""
     delete_provider_copies: bool = True
     """Default of spec.retention.deleteProviderCopies (BARGE_DELETE_PROVIDER_COPIES, true/false): delete the
     provider's copies of prompts and results once a job's outputs are written."""
@@ -101,6 +103,7 @@ class OperatorConfig:
             "min_batch_window": float(env.get("BARGE_MIN_BATCH_WINDOW", cls.min_batch_window)),
             "max_shard_requests": int(env.get("BARGE_MAX_SHARD_REQUESTS", cls.max_shard_requests)),
             "max_shard_bytes": int(env.get("BARGE_MAX_SHARD_BYTES", cls.max_shard_bytes)),
+            "planner_memory_mb": int(env.get("BARGE_PLANNER_MEMORY_MB", cls.planner_memory_mb)),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
             "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),

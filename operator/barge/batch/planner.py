@@ -5,7 +5,8 @@ process a template like `{% for i in range(10**4) %}{% for j in range(10**4) %}.
 loop took every job of every team down, and since a job re-plans after each restart the operator crash-looped.
 The sandbox (sandbox.py) refuses what it can see coming; this process bounds the rest:
 
-- memory: RLIMIT_AS (`PlanLimits.memory_bytes`): an allocation over it is a MemoryError, the line is `invalid`;
+- memory: RLIMIT_AS (`PlanLimits.memory_bytes`; BARGE_PLANNER_MEMORY_MB in the operator): an allocation over
+  it is a MemoryError, the line is `invalid`;
 - CPU per line: a profiling timer (`line_seconds`): a line over it is `invalid` with reason `template_timeout`;
 - CPU and wall time per job (`job_cpu_seconds`, `wall_seconds`): the planner is killed, the job not admitted;
 - a template that hits a limit on its first lines (`give_up_after` lines, none succeeded) is a bad template:
@@ -55,8 +56,9 @@ class PlanLimits:
     """CPU seconds the whole planning of one job may take."""
     wall_seconds: float = 3600.0
     """Wall-clock seconds the whole planning may take."""
-    memory_bytes: int = 2 * 1024 * 1024 * 1024
-    """Address space of the planner process."""
+    memory_bytes: int = 256 * 1024 * 1024
+    """Address space of the planner process (ordinary planning needs under 128 MiB; the operator's pod limit
+    must leave room for it beside the operator itself)."""
     give_up_after: int = 3
     """Lines hitting a limit, before any line succeeded, that make the template a bad one."""
 

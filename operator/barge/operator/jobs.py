@@ -24,6 +24,7 @@ from barge.api.batchjob import TERMINAL_PHASES, LLMBatchJobSpec
 from barge.api.pool import InferencePool
 from barge.batch import faults, prices
 from barge.batch.bounded import bound
+from barge.batch.planner import PlanLimits
 from barge.batch.runner import EngineSettings, Job, JobRunner
 from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
@@ -75,6 +76,7 @@ class Context:
             max_shard_bytes=self.config.max_shard_bytes,
             delete_provider_copies=self.config.delete_provider_copies,
             output_expires_after_days=self.config.output_expires_after_days,
+            plan_limits=PlanLimits(memory_bytes=self.config.planner_memory_mb << 20),
         )
 
 
