@@ -10,7 +10,15 @@ import pytest
 
 from barge import policy as p
 from barge.config import load_policy
-from barge.storage import StorageError, StoragePolicy, credential_options, locate, read_text, write_lines
+from barge.storage import (
+    StorageError,
+    StoragePolicy,
+    credential_endpoints,
+    credential_options,
+    locate,
+    read_text,
+    write_lines,
+)
 
 ADMIN = p.parse(
     {
@@ -347,3 +355,20 @@ def test_promql_label_values_are_string_literals(value: str, literal: str) -> No
     from barge.k8s.pool import promql_string
 
     assert promql_string(value) == literal
+
+
+def test_endpoints_inside_credential_secrets_are_found_for_the_endpoint_check() -> None:
+    az = credential_options(
+        "az",
+        {
+            "connection_string": "DefaultEndpointsProtocol=http;AccountName=a;AccountKey=k;"
+            "BlobEndpoint=http://169.254.169.254/a;"
+        },
+    )
+    assert credential_endpoints(az) == ["http://169.254.169.254/a"]
+    s3 = credential_options("s3", {"aws_access_key_id": "A", "aws_secret_access_key": "S", "endpoint_url": "http://x"})
+    assert credential_endpoints(s3) == ["http://x"]
+    assert credential_endpoints(credential_options("az", {"account_name": "a", "account_key": "k"})) == []
+    assert verdict(lambda: p.check_endpoint(ADMIN, "storage", "http://169.254.169.254/a", lambda h: [h])) == (
+        "EndpointPolicy"
+    )

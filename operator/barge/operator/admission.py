@@ -31,7 +31,7 @@ from barge.policy import (
     check_storage,
     tenant_of,
 )
-from barge.storage import StorageError, StoragePolicy, credential_options
+from barge.storage import StorageError, StoragePolicy, credential_endpoints, credential_options
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,8 @@ async def _storage(
         options = credential_options(urlsplit(url).scheme.lower(), secret)
     except StorageError as exc:
         raise Refused("CredentialPolicy", f"Secret {ref.name!r}: {exc}") from None
-    for opts in options.values():
-        endpoint = (opts.get("client_kwargs") or {}).get("endpoint_url")
-        if endpoint:
-            await check_base_url(policy, "storage", endpoint)
+    for endpoint in credential_endpoints(options):  # an endpoint in a Secret is an SSRF target like a baseURL
+        await check_base_url(policy, "storage", endpoint)
     return StoragePolicy(prefixes=prefixes, options=options)
 
 

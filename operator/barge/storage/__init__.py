@@ -227,6 +227,21 @@ def read_text(url: str, policy: StoragePolicy, limit: int | None = None) -> str:
     return data.decode()
 
 
+def credential_endpoints(options: dict[str, dict[str, Any]]) -> list[str]:
+    """Every non-default endpoint URL that storage options would connect to (checked like a provider baseURL):
+    an s3 `endpoint_url`, an az connection string's `BlobEndpoint`/`DfsEndpoint`."""
+    found: set[str] = set()
+    for opts in options.values():
+        endpoint = (opts.get("client_kwargs") or {}).get("endpoint_url")
+        if endpoint:
+            found.add(str(endpoint))
+        for part in str(opts.get("connection_string") or "").split(";"):
+            key, _, value = part.partition("=")
+            if key.strip().lower() in ("blobendpoint", "dfsendpoint", "queueendpoint", "tableendpoint") and value:
+                found.add(value.strip())
+    return sorted(found)
+
+
 def credential_options(scheme: str, secret: dict[str, str]) -> dict[str, dict[str, Any]]:
     """fsspec options for one storage scheme from a credentials Secret's keys (see the README for the keys)."""
     scheme = {"abfs": "az", "gcs": "gs"}.get(scheme, scheme)
