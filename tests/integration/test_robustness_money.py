@@ -195,3 +195,23 @@ async def test_batch_unknown_to_the_provider_does_not_block_the_deadline(
     assert "BatchLost" in events
     assert snap.counts["failed"] == 30
     assert state(emu)["sync_requests"] == 0, "items of a lost batch are never paid a second time"
+
+
+async def test_deletion_stops_the_synchronous_path(start_emulator: Factory, tmp_path: Path) -> None:
+    """A job deleted while its leftovers go through the synchronous path stops paying for further calls."""
+    emu = start_emulator({"sync": {"latencyMs": 100}})
+    past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    job = job_of(
+        tmp_path, "anthropic", "claude-sonnet-4-6", claims(60, 100), deadline=past, fallback={"concurrency": 2}
+    )
+    runner = JobRunner(
+        job,
+        provider_for("anthropic", emu.url),
+        Ledger(str(tmp_path / "l.db")),
+        prices.load(),
+        FAST,
+        halted=lambda: emu.store.sync_requests >= 4,  # the delete handler started after the 4th call
+    )
+    snap = await runner.step()
+    assert snap.counts["pending"] > 0
+    assert state(emu)["sync_requests"] <= 4 + 2, "at most the calls already in flight finish"

@@ -88,6 +88,7 @@ async def run_sync(
     max_tokens: int,
     tries: int,
     on_result: Callable[[Result], Awaitable[None]],
+    halted: Callable[[], bool] = lambda: False,
 ) -> None:
     """Call the provider for every item; transient answers are retried up to `tries` times, after the
     Retry-After the provider asked for. Fatal errors propagate (they stop the job)."""
@@ -96,7 +97,7 @@ async def run_sync(
         queue.put_nowait(item)
 
     async def worker() -> None:
-        while True:
+        while not halted():  # the job is being deleted: no further call is paid for
             try:
                 item = queue.get_nowait()
             except asyncio.QueueEmpty:

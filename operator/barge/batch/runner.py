@@ -444,6 +444,7 @@ class JobRunner:
                 max_tokens=self.job.spec.request.max_tokens,
                 tries=self.settings.sync_tries,
                 on_result=on_result,
+                halted=self.halted,
             )
         except* Fatal as group:
             self.ledger.apply(key, buffer)
