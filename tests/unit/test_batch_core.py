@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from barge.api.batchjob import LLMBatchJobSpec
-from barge.batch import plan, prices
+from barge.api.common import ModelPrice
+from barge.batch import budget, plan, prices
 from barge.batch.fallback import RateLimiter
 from barge.batch.render import CUSTOM_ID, Renderer, make_custom_id
 from barge.batch.routing import missing, route
@@ -144,6 +145,28 @@ def test_prices() -> None:
     assert table.cost("unknown-model", usage, batch=True) == 0
     assert prices.money(Decimal("1.500000")) == "1.5"
     assert prices.money(Decimal("0")) == "0"
+
+
+def test_price_resolution_job_then_pool_then_table() -> None:
+    """A job's own spec.budget.price wins over its provider pool's spec.provider.price, which wins over the table."""
+    table = prices.load()
+    pool_price = ModelPrice.model_validate({"input": "1", "output": "2"})
+    on_pool = {"type": "pool", "poolRef": {"name": "azure-eu"}}
+    bare = spec(provider=on_pool, budget={"maxCostUSD": "5"})
+    own = spec(provider=on_pool, budget={"maxCostUSD": "5", "price": {"input": "3", "output": "4"}})
+    assert budget.job_prices(table, bare, "claims-eu", None).price("claims-eu") is None
+    assert budget.job_prices(table, bare, "claims-eu", pool_price).price("claims-eu") == prices.Price(
+        Decimal(1), Decimal(2), Decimal(0), Decimal(0)
+    )
+    assert budget.job_prices(table, own, "claims-eu", pool_price).price("claims-eu") == prices.Price(
+        Decimal(3), Decimal(4), Decimal(0), Decimal(0)
+    )
+    listed = budget.job_prices(table, bare, "claude-sonnet-4-6", pool_price).price("claude-sonnet-4-6")
+    assert listed == prices.Price(Decimal(1), Decimal(2), Decimal(0), Decimal(0))  # the pool's deployment price
+    message = budget.missing_price_message("claims-eu", bare)
+    assert "spec.budget.price" in message
+    assert "spec.provider.price of InferencePool 'azure-eu'" in message
+    assert "InferencePool" not in budget.missing_price_message("claims-eu", spec(budget={"maxCostUSD": "5"}))
 
 
 async def test_rate_limiter_keeps_the_long_run_token_rate() -> None:

@@ -20,6 +20,7 @@ from barge.api.common import (
     ConfigMapKeyRef,
     LocalObjectRef,
     Model,
+    ModelPrice,
     SecretKeyRef,
     cel,
     validations,
@@ -208,16 +209,6 @@ class FallbackSpec(Model):
     concurrency: int = Field(8, ge=1, le=512, description="Requests in flight at once.")
     requests_per_minute: int = Field(0, ge=0, description="Rate limit; 0 means unlimited.")
     tokens_per_minute: int = Field(0, ge=0, description="Token rate limit; 0 means unlimited.")
-
-
-class ModelPrice(Model):
-    """Price of the job's model in USD per million tokens, at the synchronous (list) rate; batches get the
-    operator's batch discount (50%)."""
-
-    input: str = Field(pattern=DECIMAL, max_length=32, description="USD per million input tokens.")
-    output: str = Field(pattern=DECIMAL, max_length=32, description="USD per million output tokens.")
-    cache_write: str = Field("0", pattern=DECIMAL, max_length=32, description="USD per million cache-write tokens.")
-    cache_read: str = Field("0", pattern=DECIMAL, max_length=32, description="USD per million cache-read tokens.")
 
 
 class BudgetSpec(Model):

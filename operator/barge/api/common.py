@@ -101,3 +101,13 @@ class Condition(Model):
     observed_generation: int | None = Field(
         None, description="The .metadata.generation this condition was computed from.", ge=0
     )
+
+
+class ModelPrice(Model):
+    """Price of a model in USD per million tokens, at the synchronous (list) rate; batches get the operator's
+    batch discount (50%)."""
+
+    input: str = Field(pattern=DECIMAL, max_length=32, description="USD per million input tokens.")
+    output: str = Field(pattern=DECIMAL, max_length=32, description="USD per million output tokens.")
+    cache_write: str = Field("0", pattern=DECIMAL, max_length=32, description="USD per million cache-write tokens.")
+    cache_read: str = Field("0", pattern=DECIMAL, max_length=32, description="USD per million cache-read tokens.")

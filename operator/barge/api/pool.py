@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from barge.api.common import DNS_LABEL, Condition, Model, SecretKeyRef, cel, validations
+from barge.api.common import DNS_LABEL, Condition, Model, ModelPrice, SecretKeyRef, cel, validations
 
 Profile = Literal["interactive", "throughput"]
 
@@ -112,6 +112,12 @@ class PoolProvider(Model):
     secret_ref: SecretKeyRef = Field(description="Secret holding the API key.")
     base_url: str = Field("", alias="baseURL", description="Handed to the SDK as base_url; Azure: endpoint.")
     api_version: str = Field("", description="Azure OpenAI api-version.")
+    price: ModelPrice | None = Field(
+        None,
+        description="Price of this deployment for the jobs on the pool that bring none in spec.budget.price "
+        "(a job's own price wins), used instead of the operator's price table (e.g. for an Azure deployment "
+        "name the table cannot know).",
+    )
 
 
 class Quota(Model):

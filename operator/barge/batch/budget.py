@@ -3,7 +3,8 @@
 Why apart from the runner: the same rule has to hold on three paths (first submission, resubmission, the
 synchronous fallback), and each used to decide alone; the fallback did not check at all, and a model missing
 from the price table cost 0, so a budget on it never triggered. Here: a job with a budget on a model without a
-price is not admitted (its own `spec.budget.price` or the operator's table must name one), estimates are upper
+price is not admitted (its own `spec.budget.price`, its provider pool's `spec.provider.price`, or the operator's
+table must name one; in that order), estimates are upper
 bounds (every item's estimated input plus `max_tokens` of output), and what was spent comes from the ledger.
 """
 
@@ -14,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from barge.api.batchjob import LLMBatchJobSpec
+from barge.api.common import ModelPrice
 from barge.batch import prices
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import Usage
@@ -22,9 +24,12 @@ Event = Callable[[str, str, str], None]
 BUDGET = "budget_exceeded"
 
 
-def job_prices(table: prices.PriceTable, spec: LLMBatchJobSpec, model: str) -> prices.PriceTable:
-    """The price table a job is costed with: the operator's, with the job's own price for its model if it has one."""
-    given = spec.budget.price if spec.budget else None
+def job_prices(
+    table: prices.PriceTable, spec: LLMBatchJobSpec, model: str, pool_price: ModelPrice | None = None
+) -> prices.PriceTable:
+    """The price table a job is costed with: the operator's, with the job's own price for its model if it has one,
+    else its provider pool's (`pool_price`)."""
+    given = (spec.budget.price if spec.budget else None) or pool_price
     if given is None:
         return table
     return table.with_price(
@@ -35,9 +40,11 @@ def job_prices(table: prices.PriceTable, spec: LLMBatchJobSpec, model: str) -> p
     )
 
 
-def missing_price_message(model: str) -> str:
+def missing_price_message(model: str, spec: LLMBatchJobSpec) -> str:
+    pool = spec.provider.pool_ref.name if spec.provider.type == "pool" and spec.provider.pool_ref else ""
+    where = f", in spec.provider.price of InferencePool {pool!r} (a provider pool)" if pool else ""
     return (
-        f"spec.budget is set but no price is known for model {model!r}: give it in spec.budget.price "
+        f"spec.budget is set but no price is known for model {model!r}: give it in spec.budget.price{where} "
         "(USD per million input/output tokens) or add the model to the operator's price table"
     )
 
@@ -52,7 +59,7 @@ class Budget:
         return self.spec.budget is not None and self.table.price(self.model) is None
 
     def missing_price_message(self) -> str:
-        return missing_price_message(self.model)
+        return missing_price_message(self.model, self.spec)
 
     def estimate(self, *, batch: bool, states: tuple[str, ...] = ("pending", "submitting", "submitted")) -> Decimal:
         """Upper bound: estimated input tokens plus max_tokens of output for every item in `states`."""

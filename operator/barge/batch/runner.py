@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
+from barge.api.common import ModelPrice
 from barge.batch import adoption, budget, failpoints, plan, planner, prices, retention
 from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
@@ -78,6 +79,8 @@ class Job:
     """Batch ids the job's status lists (operator mode): a ledger that knows none of them was lost."""
     reported: frozenset[str] = frozenset()
     """Condition types already True in the status (so a standing problem is announced once)."""
+    pool_price: ModelPrice | None = None
+    """The provider pool's spec.provider.price, for a job on one (its own spec.budget.price wins)."""
 
     @property
     def spec_hash(self) -> str:
@@ -110,7 +113,7 @@ class JobRunner:
         self.job = job
         self.provider = provider
         self.ledger = ledger
-        self.prices = budget.job_prices(price_table, job.spec, job.model)
+        self.prices = budget.job_prices(price_table, job.spec, job.model, job.pool_price)
         self.budget = budget.Budget(ledger, job.key, job.spec, job.model, self.prices)
         self.settings = settings or EngineSettings()
         self.clock = clock

@@ -168,7 +168,7 @@ def build_snapshot(
     elif phase not in ("Succeeded", "Failed"):
         if not planned:
             phase = "Pending"
-            message = missing_price_message(job.model) if unpriced else ""
+            message = missing_price_message(job.model, job.spec) if unpriced else ""
         elif held:
             phase = "Pending"
             message = (

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from barge.api.batchjob import TERMINAL_PHASES, LLMBatchJobSpec
+from barge.api.common import ModelPrice
 from barge.api.pool import InferencePool
 from barge.batch import faults, prices
 from barge.batch.bounded import bound
@@ -106,6 +107,7 @@ async def build_job(
     model: str,
     admitted: admission.Admission,
     status: dict[str, Any] | None = None,
+    pool_price: ModelPrice | None = None,
 ) -> Job:
     namespace = meta["namespace"]
     key = job_key(meta)
@@ -133,6 +135,7 @@ async def build_job(
         reported=frozenset(
             str(c.get("type")) for c in (status or {}).get("conditions") or [] if c.get("status") == "True"
         ),
+        pool_price=pool_price,
     )
 
 
@@ -146,6 +149,8 @@ class Target:
     concurrency: int = 0
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
+    price: ModelPrice | None = None
+    """A provider pool's spec.provider.price."""
 
 
 async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Target:
@@ -185,6 +190,7 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Tar
                 guard=admission.guard(ctx.config.policy),
             ),
             pool.spec.provider.model,
+            price=pool.spec.provider.price,
         )
     engine = pool.spec.engine
     assert engine is not None
@@ -317,7 +323,7 @@ async def _step(
     target = await target_for(ctx, meta["namespace"], spec)
     runner: JobRunner | None = None
     try:
-        job = await build_job(ctx, meta, spec, target.model, admitted, status)
+        job = await build_job(ctx, meta, spec, target.model, admitted, status, target.price)
         runner = JobRunner(
             job,
             target.provider,
