@@ -19,6 +19,7 @@ from barge.operator import diffbase, jobs, metrics, pools, purge, schedules
 from barge.operator.kube import Kube
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
+POOL_RETRY_SECONDS = 10.0
 
 
 def _poster(body: kopf.Body) -> jobs.Poster:
@@ -75,11 +76,19 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def llmbatchschedule(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any) -> None:
         await schedules.run(memo["ctx"], body, stopped, _poster(body))
 
-    @on.on.create(GROUP, VERSION, pools.PLURAL, registry=registry)
-    @on.on.update(GROUP, VERSION, pools.PLURAL, registry=registry)
-    @on.on.resume(GROUP, VERSION, pools.PLURAL, registry=registry)
+    # Reconciling a pool is idempotent (server-side apply), so a failed attempt (e.g. a 429 while the API server's
+    # storage initialises) is retried after POOL_RETRY_SECONDS rather than Kopf's default minute.
+    @on.on.create(GROUP, VERSION, pools.PLURAL, registry=registry, backoff=POOL_RETRY_SECONDS)
+    @on.on.update(GROUP, VERSION, pools.PLURAL, registry=registry, backoff=POOL_RETRY_SECONDS)
+    @on.on.resume(GROUP, VERSION, pools.PLURAL, registry=registry, backoff=POOL_RETRY_SECONDS)
     @on.timer(
-        GROUP, VERSION, pools.PLURAL, registry=registry, interval=max(config.poll_seconds, 2.0), initial_delay=1.0
+        GROUP,
+        VERSION,
+        pools.PLURAL,
+        registry=registry,
+        interval=max(config.poll_seconds, 2.0),
+        initial_delay=1.0,
+        backoff=POOL_RETRY_SECONDS,
     )
     async def inferencepool(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await jobs.reconcile_pool(memo["ctx"], body)
