@@ -6,8 +6,11 @@ PY := $(VENV)/bin/python
 BARGE := $(VENV)/bin/barge
 CLUSTER_DIR := .barge/cluster
 # Debian packages the tests need: PostgreSQL (ledger), redis and RabbitMQ (queue workers), Prometheus (promtool and
-# the server, monitoring tests), openssl (control-plane keys), git. Add a package here; nothing else to change.
-DEBIAN_PACKAGES := openssl git postgresql redis-server rabbitmq-server prometheus
+# the server, monitoring tests), openssl (control-plane keys), git, nodejs (Azurite, the Azure Blob Storage emulator,
+# pinned in tools/azurite/package-lock.json; Debian's `npm` is added only when no npm is on PATH, as a nodejs from
+# elsewhere bundles its own). Add a package here; nothing else to change.
+DEBIAN_PACKAGES := openssl git postgresql redis-server rabbitmq-server prometheus nodejs
+AZURITE := tools/azurite/node_modules/.stamp
 export PYTHONDONTWRITEBYTECODE := 1
 
 .DEFAULT_GOAL := help
@@ -19,15 +22,22 @@ help: ## Show this help
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Development
-deps: ## Install the Debian packages the tests need (DEBIAN_PACKAGES) that are missing: apt-get as root, else sudo
+deps: debian-packages $(AZURITE) ## Install the Debian packages the tests need (DEBIAN_PACKAGES) and Azurite
+
+debian-packages: ## The Debian packages (DEBIAN_PACKAGES) that are missing: apt-get as root, else sudo
 	@missing=$$(for pkg in $(DEBIAN_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q 'install ok installed' || echo "$$pkg"; done); \
+	  dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q 'install ok installed' || echo "$$pkg"; done; \
+	  command -v npm >/dev/null || echo npm); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	echo "installing Debian packages:" $$missing; \
 	if [ "$$(id -u)" -eq 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; else \
 	  echo "not root and no sudo: run as root: apt-get install" $$missing >&2; exit 1; fi; \
 	$$sudo apt-get update -qq && \
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
+
+$(AZURITE): tools/azurite/package-lock.json tools/azurite/package.json | debian-packages
+	npm ci --prefix tools/azurite --no-audit --no-fund --loglevel=error
+	touch $@
 
 venv: $(VENV)/.stamp ## Create .venv from the lock file (requirements.lock)
 $(VENV)/.stamp: requirements.lock pyproject.toml
@@ -92,4 +102,4 @@ bench: venv ## Benchmarks (bench/), printed as tables
 	@ls bench/*.py >/dev/null 2>&1 && for b in bench/bench_*.py; do $(PY) $$b || exit 1; done || \
 	  echo "no benchmarks yet"
 
-.PHONY: help deps venv lock crds manifests lint fmt test test-unit tools cluster-up cluster-down demo bench
+.PHONY: help deps debian-packages venv lock crds manifests lint fmt test test-unit tools cluster-up cluster-down demo bench
