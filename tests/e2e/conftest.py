@@ -33,11 +33,15 @@ TEAMS = ("acme", "globex")
 
 def admin_policy(workdir: Path) -> dict[str, Any]:
     """The admin's policy for the e2e operator: the emulators on 127.0.0.1 are allowlisted (private addresses
-    allowed for that host only), `localhost` is allowlisted by name but not for private addresses."""
+    allowed for that host only: moto's endpoint_url and Azurite's BlobEndpoint are checked against it too),
+    `localhost` is allowlisted by name but not for private addresses."""
     return {
         "storage": {
             "prefixes": [f"file://{workdir}/"],
-            "tenants": {team: [f"file://{workdir}/{{tenant}}/", "s3://barge-{tenant}/"] for team in TEAMS},
+            "tenants": {
+                team: [f"file://{workdir}/{{tenant}}/", "s3://barge-{tenant}/", "az://barge-{tenant}/"]
+                for team in TEAMS
+            },
         },
         "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}, {"host": "localhost"}]},
     }
