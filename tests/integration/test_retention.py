@@ -22,6 +22,7 @@ from barge.config import OperatorConfig
 from barge.emulator.server import EmulatorThread
 from barge.ledger import Ledger
 from barge.ledger.schema import items, payloads
+from barge.operator import purge
 from barge.operator.jobs import Context, delete_job
 from barge.operator.metrics import BargeCollector
 from barge.operator.purge import purge_once
@@ -288,3 +289,45 @@ def test_batches_from_before_the_upgrade_are_legacy(tmp_path: Path) -> None:
     assert [b["cleanup"] for b in upgraded.batches_of("ns/old/uid")] == ["legacy", ""]
     upgraded.close()
     assert cleanup_metrics(path)["barge_provider_cleanups_pending"] == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_ledger_text_bytes_per_tenant(
+    start_emulator: Factory, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The purge timer's measurement, exported by /metrics: the UTF-8 bytes of the texts a job kept, then 0."""
+    url = str(tmp_path / "l.db") if backend == "sqlite" else fresh_database(request.getfixturevalue("postgres_url"))
+    job, snap, _ = await finish(tmp_path, url, start_emulator(), keepPayloadsFor="30d", keepOutputsFor="30d")
+    assert snap.phase == "Succeeded"
+    ctx = Context(OperatorConfig(), Ledger(url), None, prices.load())  # type: ignore[arg-type]
+    registry = CollectorRegistry()
+    registry.register(BargeCollector(ctx))
+
+    def scrape() -> dict[str, float]:
+        text = generate_latest(registry).decode()
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("barge_ledger_text_bytes")
+        }
+
+    assert scrape() == {}, "nothing is exported before the first measurement"
+    with ctx.ledger.engine.connect() as conn:
+        prompts = sum(len(p.encode()) for (p,) in conn.execute(select(payloads.c.payload)))
+        outputs = sum(
+            len(o.encode()) for (o,) in conn.execute(select(items.c.output).where(items.c.output.is_not(None)))
+        )
+    tenant = job.tenant
+    purge.measure(ctx, time.time())
+    held = scrape()
+    assert prompts > 0
+    assert outputs > 0
+    assert held[f'barge_ledger_text_bytes{{kind="payload",tenant="{tenant}"}}'] == prompts
+    assert held[f'barge_ledger_text_bytes{{kind="output",tenant="{tenant}"}}'] == outputs
+    assert held["barge_ledger_text_bytes_age_seconds"] >= 0
+    assert purge.purge_once(OperatorConfig(ledger_purge_older_than="0s"), ctx.ledger, time.time()) == (40, 40)
+    purge.measure(ctx, time.time())
+    held = scrape()
+    assert held[f'barge_ledger_text_bytes{{kind="payload",tenant="{tenant}"}}'] == 0
+    assert held[f'barge_ledger_text_bytes{{kind="output",tenant="{tenant}"}}'] == 0
+    ctx.ledger.close()

@@ -9,13 +9,18 @@ usage, attempts, batch ids), batches, jobs and their timestamps; counts and cost
 Dropped text does not linger in the database file: SQLite runs with `secure_delete` (freed space is zeroed) and
 its WAL, which holds old page images, is checkpointed and truncated after a drop; PostgreSQL leaves dead tuples
 until VACUUM, which autovacuum runs (README, Data retention).
+
+`held_bytes` measures what is still held, per tenant: two aggregates that read every text, so the operator runs
+them on its purge timer and the metrics export the last measurement, never a scan per scrape.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
-from sqlalchemy import Select, delete, or_, select, update
+from sqlalchemy import LargeBinary, Select, cast, delete, func, or_, select, update
+from sqlalchemy.sql.elements import ColumnElement
 
 from barge.api.batchjob import DURATION
 from barge.ledger import Ledger
@@ -32,6 +37,32 @@ def seconds(text: str) -> int:
     if not _DURATION.match(text):
         raise ValueError(f"{text!r} is not a duration like 12h or 30d")
     return int(text[:-1]) * _UNIT[text[-1]]
+
+
+@dataclass(frozen=True)
+class Held:
+    """Bytes (UTF-8) of text the ledger held at `at`: (tenant, "payload" | "output") -> bytes, every tenant listed."""
+
+    at: float
+    bytes: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def held_bytes(ledger: Ledger, now: float) -> Held:
+    """Rendered payloads and model outputs still in the ledger, summed per tenant (0 for a tenant with none)."""
+
+    def size(column: ColumnElement[str]) -> ColumnElement[int]:  # octet_length is SQLite >= 3.43 only
+        return func.octet_length(column) if ledger.postgres else func.length(cast(column, LargeBinary))
+
+    payload = select(jobs.c.tenant, func.sum(size(payloads.c.payload))).join(jobs, jobs.c.job == payloads.c.job)
+    output = select(jobs.c.tenant, func.sum(size(items.c.output))).join(jobs, jobs.c.job == items.c.job)
+    held: dict[tuple[str, str], int] = {}
+    with ledger.engine.connect() as conn:
+        for (tenant,) in conn.execute(select(jobs.c.tenant).distinct()):
+            held[(tenant, "payload")] = held[(tenant, "output")] = 0
+        for kind, query in (("payload", payload), ("output", output.where(items.c.output.is_not(None)))):
+            for tenant, total in conn.execute(query.group_by(jobs.c.tenant)):
+                held[(tenant, kind)] = int(total or 0)
+    return Held(now, held)
 
 
 def keep(ledger: Ledger, job: str, now: float, keep_payloads: int, keep_outputs: int) -> None:

@@ -45,7 +45,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         if config.metrics_port:
             memo["server"] = await metrics.start_server(ctx, config.metrics_port)
         if config.ledger_purge_seconds > 0:
-            memo["purge"] = asyncio.create_task(purge.run(config, ctx.ledger))
+            memo["purge"] = asyncio.create_task(purge.run(ctx))
 
     @on.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:

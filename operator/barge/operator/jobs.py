@@ -61,6 +61,8 @@ class Context:
     """job key -> lock held around each batch create and by the delete handler (they never interleave)."""
     deleting: set[str] = field(default_factory=set)
     """Jobs whose delete handler started: their daemon creates nothing more."""
+    held: lifetime.Held | None = None
+    """The last measurement of text bytes the ledger holds per tenant (operator/purge.py); None before the first."""
 
     def guard(self, key: str) -> asyncio.Lock:
         return self.guards.setdefault(key, asyncio.Lock())

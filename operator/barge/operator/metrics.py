@@ -5,6 +5,8 @@ ledger at scrape time, so they survive restarts and never double count; states (
 running jobs, deadline slack, pools) are read from the objects' status as the watch delivers it, so they show
 exactly what `kubectl get` shows, including terminal jobs after a restart. The alerts and the Grafana dashboard
 in charts/barge/files/ read only these names (tests/integration/test_dashboard.py scrapes them for real).
+A third, cached: the bytes of text the ledger holds per tenant are summed by the purge timer (operator/purge.py),
+since that reads every text, and exported here with the age of the measurement.
 
 Labels are bounded: tenant, namespace, model, provider, path, outcome, phase, condition, state, and a pool's
 and worker's name (long-lived capacity, like a Deployment's); never a job name, a batch id or a custom id.
@@ -197,6 +199,26 @@ class BargeCollector(Collector):
         yield step_errors
         yield from self._ledger(rows, now)
         yield from self._cleanups(rows["cleanup"])
+        yield from self._held(now)
+
+    def _held(self, now: float) -> Iterator[GaugeMetricFamily]:
+        """Texts still in the ledger, as last measured by the purge timer (no scan at scrape time)."""
+        held = self.ctx.held
+        if held is None:
+            return
+        text = GaugeMetricFamily(
+            "barge_ledger_text_bytes",
+            "Bytes of rendered prompts (payload) and model outputs (output) the ledger holds, at the last measurement",
+            labels=["tenant", "kind"],
+        )
+        for (tenant, kind), n in sorted(held.bytes.items()):
+            text.add_metric([tenant, kind], n)
+        yield text
+        yield GaugeMetricFamily(
+            "barge_ledger_text_bytes_age_seconds",
+            "Age of that measurement (the purge timer measures at each run)",
+            value=now - held.at,
+        )
 
     def _cleanups(self, rows: list[tuple[Any, ...]]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         """Provider copies (files, Anthropic batches) of ingested batches: deleted, or waiting to be."""

@@ -3,6 +3,8 @@
 
 Every `ledger_purge_seconds` it drops the texts past their keep times and, when `ledger_purge_older_than` is set,
 those of every job that ended longer ago. Several replicas may run it at once: dropping is idempotent.
+At start and after each purge it measures the text bytes still held per tenant into the Context, which the metrics
+export (barge_ledger_text_bytes): the measurement reads every text, so it runs here, not on each scrape.
 """
 
 from __future__ import annotations
@@ -10,9 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from barge.config import OperatorConfig
 from barge.ledger import Ledger, lifetime
+
+if TYPE_CHECKING:
+    from barge.operator.jobs import Context
 
 log = logging.getLogger("barge.operator")
 
@@ -24,12 +30,22 @@ def purge_once(config: OperatorConfig, ledger: Ledger, now: float) -> tuple[int,
     return lifetime.drop_texts(ledger, now, finished_before=before)
 
 
-async def run(config: OperatorConfig, ledger: Ledger) -> None:
-    """Until cancelled (the operator's cleanup); a failing purge is logged and tried again next time."""
+def measure(ctx: Context, now: float) -> None:
+    """Record the text bytes the ledger holds per tenant, for /metrics."""
+    ctx.held = lifetime.held_bytes(ctx.ledger, now)
+
+
+async def run(ctx: Context) -> None:
+    """Until cancelled (the operator's cleanup); a failing purge or measure is logged and tried again next time."""
+    config = ctx.config
     while True:
+        try:
+            await asyncio.to_thread(measure, ctx, time.time())
+        except Exception:
+            log.exception("measuring the ledger's texts failed; trying again in %s s", config.ledger_purge_seconds)
         await asyncio.sleep(config.ledger_purge_seconds)
         try:
-            dropped = await asyncio.to_thread(purge_once, config, ledger, time.time())
+            dropped = await asyncio.to_thread(purge_once, config, ctx.ledger, time.time())
         except Exception:
             log.exception("ledger purge failed; trying again in %s s", config.ledger_purge_seconds)
             continue
