@@ -36,7 +36,7 @@ from tools.localcluster import Cluster
 from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
 from tests.conftest import free_port, wait_for_port
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import admin_policy, wait_for
 from tests.integration.test_alerts import NAMESPACE, OPERATOR_JOB, render_chart, shipped_rules
 
 PROMETHEUS = shutil.which("prometheus")
@@ -164,6 +164,7 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
     workdir = tmp_path_factory.mktemp("monitoring")
     ns = f"monitoring-{uuid.uuid4().hex[:6]}"
     kubectl(cluster, "create", "namespace", ns)
+    kubectl(cluster, "label", "namespace", ns, "barge.dev/tenant=claims-team")  # the admin names the tenant
     kubectl(cluster, "-n", ns, "create", "secret", "generic", "provider", "--from-literal=api-key=sk-monitoring")
     kubectl(cluster, "-n", ns, "label", "secret", "provider", "barge.dev/credential=true")
     fast = EmulatorThread(
@@ -174,6 +175,8 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
     procs: list[subprocess.Popen[bytes]] = []
     try:
         operator_port = free_port()
+        policy = workdir / "policy.yaml"  # the emulators on 127.0.0.1 are the providers here: the admin allows them
+        policy.write_text(yaml.safe_dump(admin_policy(workdir)))
         operator = start(
             [sys.executable, "-m", "barge.cli", "operator", "--namespace", ns, "--metrics-port", str(operator_port)],
             workdir / "operator.log",
@@ -181,6 +184,7 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
                 "KUBECONFIG": str(cluster.kubeconfig),
                 "BARGE_LEDGER_URL": str(workdir / "ledger.db"),
                 "BARGE_ALLOWED_FILE_ROOTS": str(workdir),
+                "BARGE_POLICY_FILE": str(policy),
                 "BARGE_POLL_SECONDS": "0.5",
                 "BARGE_MIN_BATCH_WINDOW": "0",
             },
@@ -221,7 +225,7 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
         (workdir / "worker.yaml").write_text(yaml.safe_dump(config))
         r = Redis.from_url(redis_url)
         for n in range(5):
-            body = {"correlationId": f"doc-{n}", "tenant": "ingest", "payload": {"text": f"contract {n}"}}
+            body = {"correlationId": f"doc-{n}", "payload": {"text": f"contract {n}"}}  # metered to the pool's tenant
             r.xadd(stream, {"body": json.dumps(body)})
         r.xadd(stream, {"body": b"{not json"})  # dead-lettered as invalid
         r.close()
