@@ -7,7 +7,7 @@ and did create; `jobs` holds what a job decided once (planned, cut off, failed f
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import BigInteger, Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -108,6 +108,22 @@ batches = Table(
     # what Barge deleted at the provider after ingestion: "" (nothing yet: a pending cleanup once `ingested`),
     # "done", "kept" (retention turned off), "failed" (the provider refused), "legacy". See batch/retention.py.
     Column("cleanup", String(8), nullable=False, default=""),
+)
+
+#: Items counted per (job, state, via), with their usage summed: what /metrics reads instead of a GROUP BY over
+#: every item. Kept exact by triggers on `items` (ledger/summary.py), in the transactions that change the items.
+item_counts = Table(
+    "item_counts",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("state", String(16), primary_key=True),
+    Column("via", String(8), primary_key=True),
+    Column("n", BigInteger, nullable=False, default=0),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_read_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_write_tokens", BigInteger, nullable=False, default=0),
+    sqlite_with_rowid=False,
 )
 
 #: Columns added after a table's first release: (table, column, SQL type and default), added when missing.

@@ -1,7 +1,8 @@
 """Prometheus metrics and the liveness endpoint, on one small aiohttp server.
 
 Two sources, both exact: totals (requests by outcome, tokens, cost, savings, expired batches) are read from the
-ledger at scrape time, so they survive restarts and never double count; states (jobs by phase, conditions of
+ledger at scrape time (item counts from the counts the ledger keeps as items change, ledger/summary.py, never a
+scan of every item), so they survive restarts and never double count; states (jobs by phase, conditions of
 running jobs, deadline slack, pools) are read from the objects' status as the watch delivers it, so they show
 exactly what `kubectl get` shows, including terminal jobs after a restart. The alerts and the Grafana dashboard
 in charts/barge/files/ read only these names (tests/integration/test_dashboard.py scrapes them for real).
@@ -15,9 +16,10 @@ Per tenant and namespace, the deadline and success-ratio gauges describe the run
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -243,7 +245,10 @@ class BargeCollector(Collector):
         yield pending
 
     def _jobs(self, now: float, tenant_of: Mapping[str, str]) -> Iterator[GaugeMetricFamily]:
-        views = [replace(v, tenant=tenant_of.get(uid) or v.tenant) for uid, v in list(self.ctx.book.jobs.items())]
+        # (tenant, namespace) -> its jobs, in one pass: a scrape stays linear in the number of jobs.
+        groups: dict[tuple[str, str], list[JobView]] = {}
+        for uid, v in list(self.ctx.book.jobs.items()):
+            groups.setdefault((tenant_of.get(uid) or v.tenant, v.namespace), []).append(v)
         jobs = GaugeMetricFamily(
             "barge_jobs", "LLMBatchJobs by status phase (every phase listed)", labels=["tenant", "namespace", "phase"]
         )
@@ -255,9 +260,7 @@ class BargeCollector(Collector):
         items = GaugeMetricFamily(
             "barge_job_items", "Items of running LLMBatchJobs, by state", labels=["tenant", "namespace", "state"]
         )
-        groups = sorted({(v.tenant, v.namespace) for v in views})
-        for tenant, ns in groups:
-            mine = [v for v in views if (v.tenant, v.namespace) == (tenant, ns)]
+        for (tenant, ns), mine in sorted(groups.items(), key=lambda group: group[0]):
             for phase in PHASES:
                 jobs.add_metric([tenant, ns, phase], sum(1 for v in mine if v.phase == phase))
             running = [v for v in mine if v.running]
@@ -268,10 +271,10 @@ class BargeCollector(Collector):
         yield jobs
         yield conds
         yield items
-        yield from self._deadlines(views, now)
-        yield from self._ratios(views)
+        yield from self._deadlines(groups, now)
+        yield from self._ratios(groups)
 
-    def _deadlines(self, views: list[JobView], now: float) -> Iterator[GaugeMetricFamily]:
+    def _deadlines(self, groups: Mapping[tuple[str, str], list[JobView]], now: float) -> Iterator[GaugeMetricFamily]:
         labels = ["tenant", "namespace"]
         slack = GaugeMetricFamily(
             "barge_deadline_slack_seconds",
@@ -285,11 +288,10 @@ class BargeCollector(Collector):
         )
         worst: dict[tuple[str, str], tuple[float, float]] = {}
         window = self.ctx.config.min_batch_window
-        for v in views:
+        for key, v in ((key, v) for key, mine in groups.items() for v in mine):
             if not v.running or v.deadline is None:
                 continue
             left, need = v.deadline - now, v.needed_seconds(now, window)
-            key = (v.tenant, v.namespace)
             if key not in worst or left - need < worst[key][0] - worst[key][1]:
                 worst[key] = (left, need)
         for key, (left, need) in sorted(worst.items()):
@@ -298,7 +300,7 @@ class BargeCollector(Collector):
         yield slack
         yield needed
 
-    def _ratios(self, views: list[JobView]) -> Iterator[GaugeMetricFamily]:
+    def _ratios(self, groups: Mapping[tuple[str, str], list[JobView]]) -> Iterator[GaugeMetricFamily]:
         labels = ["tenant", "namespace"]
         ratio = GaugeMetricFamily(
             "barge_job_success_ratio",
@@ -309,11 +311,10 @@ class BargeCollector(Collector):
             "barge_job_success_ratio_target", "spec.successRatio of that same job", labels=labels
         )
         worst: dict[tuple[str, str], tuple[float, float]] = {}
-        for v in views:
+        for key, v in ((key, v) for key, mine in groups.items() for v in mine):
             got = v.ratio()
             if not v.running or got is None:
                 continue
-            key = (v.tenant, v.namespace)
             if key not in worst or got - v.target < worst[key][0] - worst[key][1]:
                 worst[key] = (got, v.target)
         for key, (got, want) in sorted(worst.items()):
@@ -428,7 +429,9 @@ async def start_server(ctx: Context, port: int) -> web.AppRunner:
     registry.register(BargeCollector(ctx))
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        # The ledger is read in a thread: a scrape never holds the event loop the job daemons run on.
+        body = await asyncio.to_thread(generate_latest, registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")

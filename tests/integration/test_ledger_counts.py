@@ -1,0 +1,170 @@
+"""`item_counts` (ledger/summary.py) equals a full GROUP BY over the items after every kind of ledger write:
+plan and re-plan, intents opened, abandoned and rolled back, batches recorded, results applied and re-applied,
+a batch released, the synchronous path, retention, a crash mid-transaction, and an upgrade from a ledger that
+had no counts. On SQLite and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from barge.ledger import ItemUpdate, Ledger, summary
+from barge.ledger.lifetime import drop_texts, forget_job, keep
+
+COLUMNS = ", ".join(summary.COUNTED[1:])
+
+
+def fresh_database(postgres_url: str) -> str:
+    name = f"counts_{os.urandom(4).hex()}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # the name is ours: hex only
+    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.db")
+    return fresh_database(request.getfixturevalue("postgres_url"))
+
+
+def counted(ledger: Ledger) -> list[tuple[Any, ...]]:
+    with ledger.engine.begin() as conn:
+        summary.fold(conn, ledger.postgres)
+    rows = ledger._rows(f"SELECT job, state, via, n, {COLUMNS} FROM item_counts ORDER BY job, state, via", ())  # noqa: S608
+    return [tuple(int(x) if i > 2 else x for i, x in enumerate(r)) for r in rows if any(r[3:])]
+
+
+def scanned(ledger: Ledger) -> list[tuple[Any, ...]]:
+    sums = ", ".join(f"SUM({c})" for c in summary.COUNTED[1:])
+    sql = f"SELECT job, state, via, COUNT(*), {sums} FROM items GROUP BY job, state, via ORDER BY job, state, via"  # noqa: S608
+    rows = ledger._rows(sql, ())
+    return [tuple(int(x) if i > 2 else x for i, x in enumerate(r)) for r in rows]
+
+
+def metric_scan(ledger: Ledger) -> dict[str, list[tuple[Any, ...]]]:
+    """What metric_rows answered before the counts: GROUP BYs over every item."""
+    usage = ", ".join(f"COALESCE(SUM(x.{c}), 0)" for c in summary.COUNTED[1:])
+    return {
+        "items": sorted(
+            ledger._rows(
+                "SELECT j.tenant, j.model, i.state, COUNT(*) FROM items i JOIN jobs j ON j.job = i.job "
+                "GROUP BY j.tenant, j.model, i.state",
+                (),
+            )
+        ),
+        "sync": sorted(
+            ledger._rows(
+                f"SELECT j.tenant, j.model, {usage} FROM items x JOIN jobs j ON j.job = x.job "  # noqa: S608
+                "WHERE x.via = 'sync' GROUP BY j.tenant, j.model",
+                (),
+            )
+        ),
+    }
+
+
+def check(ledger: Ledger) -> None:
+    assert counted(ledger) == scanned(ledger)
+    rows = ledger.metric_rows()
+    assert {
+        k: sorted(tuple(int(x) if isinstance(x, int) else x for x in r) for r in rows[k]) for k in ("items", "sync")
+    } == {
+        k: [tuple(int(x) if not isinstance(x, str) else x for x in r) for r in v]
+        for k, v in metric_scan(ledger).items()
+    }
+
+
+def plan(ledger: Ledger, job: str, n: int, invalid: int = 0) -> None:
+    ledger.add_items(
+        job,
+        (
+            {"custom_id": f"c{k}", "line": k, "state": "invalid" if k <= invalid else "pending", "payload": "p"}
+            for k in range(1, n + 1)
+        ),
+    )
+
+
+def test_counts_equal_a_full_group_by_after_every_kind_of_write(url: str) -> None:
+    ledger = Ledger(url)
+    check(ledger)  # empty
+    ledger.ensure_job("ns/a/1", "h", tenant="team-a", model="m1")
+    ledger.ensure_job("ns/b/2", "h", tenant="team-b", model="m2")
+    plan(ledger, "ns/a/1", 30, invalid=2)
+    plan(ledger, "ns/a/1", 35, invalid=2)  # a re-plan after a crash: the first 30 are already there
+    plan(ledger, "ns/b/2", 10)
+    check(ledger)
+
+    ledger.open_intent("ns/a/1", "s1", 1, 3, 12, 10)
+    with pytest.raises(RuntimeError):  # wrong count: the whole intent rolls back, the counts with it
+        ledger.open_intent("ns/a/1", "s2", 1, 13, 30, 99)
+    check(ledger)
+    ledger.record_batch("ns/a/1", "s1", "b1", "openai", 1, 10, "in_progress", 0.0)
+    ledger.open_intent("ns/a/1", "s2", 1, 13, 17, 5)
+    ledger.abandon_intent("ns/a/1", "s2")  # the create certainly did not land
+    check(ledger)
+
+    results = [ItemUpdate(f"c{k}", "succeeded", attempts=1, output="o", usage=(10, 20, 3, 1)) for k in range(3, 8)]
+    results.append(ItemUpdate("c8", "refused", "refusal", "refused by the model", attempts=1, usage=(5, 1, 0, 0)))
+    results.append(ItemUpdate("c9", "pending", "overloaded", "retry", attempts=1))
+    ledger.apply("ns/a/1", results, "b1")
+    check(ledger)
+    ledger.apply("ns/a/1", results, "b1")  # a crash replay re-applies the same chunk: nothing moves twice
+    check(ledger)
+    ledger.apply("ns/a/1", [ItemUpdate("nope", "succeeded", usage=(1, 1, 1, 1))])  # no such item: counts nothing
+    check(ledger)
+
+    ledger.release("ns/a/1", "b1")  # what is still submitted goes back to pending
+    check(ledger)
+
+    sync = [ItemUpdate(f"c{k}", "succeeded", attempts=1, via="sync", usage=(7, 8, 0, 0)) for k in range(20, 26)]
+    sync.append(ItemUpdate("c26", "failed", "server_error", "gave up", attempts=3, via="sync"))
+    ledger.apply("ns/a/1", sync)
+    ledger.apply("ns/b/2", [ItemUpdate(f"c{k}", "succeeded", via="sync", usage=(1, 2, 0, 0)) for k in range(1, 11)])
+    ledger.apply("ns/a/1", [ItemUpdate("c21", "succeeded", attempts=2, via="sync", usage=(9, 9, 0, 0))])  # usage
+    check(ledger)
+
+    def crash() -> None:  # a crash mid-transaction
+        with ledger.engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE items SET state = 'failed' WHERE job = 'ns/a/1'")
+            raise ConnectionResetError
+
+    with pytest.raises(ConnectionResetError):
+        crash()
+    check(ledger)
+
+    ledger.set_job("ns/b/2", phase="Succeeded", completed_at=1.0)
+    keep(ledger, "ns/b/2", 2.0, 0, 0)  # retention drops its texts; the audit rows and their counts stay
+    drop_texts(ledger, 3.0, finished_before=3.0)
+    forget_job(ledger, "ns/a/1")
+    check(ledger)
+
+    with ledger.engine.begin() as conn:  # should items ever be deleted, they leave the counts too
+        conn.exec_driver_sql("DELETE FROM items WHERE job = 'ns/a/1' AND line > 30")
+    check(ledger)
+    assert counted(ledger), "the test counted nothing"
+
+
+def test_a_ledger_without_counts_is_counted_once_when_opened(url: str) -> None:
+    ledger = Ledger(url)
+    ledger.ensure_job("ns/a/1", "h", tenant="team-a", model="m1")
+    plan(ledger, "ns/a/1", 20)
+    ledger.apply("ns/a/1", [ItemUpdate(f"c{k}", "succeeded", via="sync", usage=(1, 2, 3, 4)) for k in range(1, 6)])
+    # What a ledger written by an older Barge looks like: items, and no counts table or triggers.
+    with ledger.engine.begin() as conn:
+        for name in summary._installed(conn, ledger.postgres):
+            conn.exec_driver_sql(f"DROP TRIGGER {name} ON items" if ledger.postgres else f"DROP TRIGGER {name}")
+        conn.exec_driver_sql("DROP TABLE item_counts")
+        conn.exec_driver_sql("UPDATE items SET state = 'failed' WHERE line > 15")
+    ledger.close()
+
+    reopened = Ledger(url)
+    assert counted(reopened) == scanned(reopened)
+    assert ("ns/a/1", "failed", "", 5, 0, 0, 0, 0) in counted(reopened)
+    plan(reopened, "ns/a/1", 25)  # and kept from then on
+    check(reopened)
+    Ledger(url).close()  # opened again: nothing recounted, nothing lost
+    check(reopened)
