@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools import localcluster
+from tools import localcluster, pgserver
 
 from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
@@ -129,72 +129,14 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 
 # --- PostgreSQL from Debian's packages, a throwaway cluster per session ---------------------------------------
-def _pg_bin() -> Path:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if not found:
-        pytest.fail("PostgreSQL server binaries not found: install Debian's postgresql package (.ci/run does)")
-    return found[-1].parent
-
-
-def _as_postgres(cmd: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    import shutil
-    import subprocess
-
-    bindir = _pg_bin()
-    data = Path(tempfile.mkdtemp(prefix="barge-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(data, "postgres", "postgres")
-    port = free_port()
-    subprocess.run(
-        _as_postgres([str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "barge", "--no-sync"]),
-        check=True,
-        capture_output=True,
-    )
-    server = subprocess.Popen(
-        _as_postgres(
-            [
-                str(bindir / "postgres"),
-                "-D",
-                str(data / "db"),
-                "-p",
-                str(port),
-                "-k",
-                str(data),
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-            ]
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        deadline = time.monotonic() + 30
-        while (
-            subprocess.run(
-                [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)], capture_output=True
-            ).returncode
-            != 0
-        ):
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("PostgreSQL did not start")
-            time.sleep(0.2)
-        subprocess.run(
-            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "barge", "barge"],
-            check=True,
-            capture_output=True,
-        )
-        yield f"postgresql://barge@127.0.0.1:{port}/barge"
-    finally:
-        server.terminate()
-        server.wait(20)
-        shutil.rmtree(data, ignore_errors=True)
+        pgserver.bindir()
+    except FileNotFoundError as exc:
+        pytest.fail(f"{exc} (.ci/run does)")
+    with pgserver.postgres(fsync=False) as url:
+        yield url
 
 
 def free_port() -> int:
