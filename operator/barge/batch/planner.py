@@ -13,8 +13,10 @@ The sandbox (sandbox.py) refuses what it can see coming; this process bounds the
   the job is `Admitted=False` with the limit it hit, instead of burning the limit on every line;
 - the process runs at a lower CPU priority (nice 10), so the operator's event loop always comes first.
 
-The parent streams input lines to the child (length-prefixed frames) and writes the rows the child returns
-into the ledger in chunks; input is read in a thread, so the operator's event loop never waits on storage.
+The parent streams input lines to the child (length-prefixed frames) and the child answers with length-prefixed
+frames of rows (a JSON list each), which the parent writes into the ledger in large chunks in a thread while the
+child renders the next ones; input is read in a thread too, so the operator's event loop never waits on storage
+or on the ledger.
 Run as `python -m barge.batch.planner` (the child side).
 """
 
@@ -45,6 +47,10 @@ if TYPE_CHECKING:
     from barge.ledger import Ledger
 
 FRAME = struct.Struct("!QI")  # line number, length
+ROWS = struct.Struct("!I")  # length of a frame of rows (an orjson list) from the child
+ROWS_BYTES = 4 << 20  # the child sends a frame of rows once it holds this many bytes ...
+ROWS_COUNT = 2000  # ... or this many rows
+WRITE_ROWS = 20_000  # rows per ledger write (one transaction): large writes, at most two chunks held
 LIMIT_ERRORS = ("template_timeout", "resource_limit", "template_limit")
 
 
@@ -120,12 +126,17 @@ async def plan(
     written = 0
     error = ""
     reader: asyncio.Task[None] | None = None
+    writer: asyncio.Task[int] | None = None
 
-    def flush() -> None:
-        nonlocal written
+    async def flush() -> None:
+        """Write the rows held so far in a thread, after the previous write (at most two chunks in memory)."""
+        nonlocal written, writer, rows
+        if writer is not None:
+            written += await writer
+            writer = None
         if rows:
-            written += ledger.add_items(key, rows)
-            rows.clear()
+            chunk, rows = rows, []
+            writer = asyncio.ensure_future(asyncio.to_thread(ledger.add_items, key, chunk))
 
     async def feed() -> None:
         header = {"job": asdict(job), "limits": asdict(limits)}
@@ -142,14 +153,19 @@ async def plan(
 
     async def collect() -> None:
         nonlocal error
-        while line := await stdout.readline():
-            row = orjson.loads(line)
-            if "plan_error" in row:
-                error = str(row["plan_error"])
+        while True:
+            try:
+                head = await stdout.readexactly(ROWS.size)
+                frame: list[dict[str, Any]] = orjson.loads(await stdout.readexactly(ROWS.unpack(head)[0]))
+            except asyncio.IncompleteReadError:
+                return  # the child is done (or died: its exit code says why)
+            if frame and "plan_error" in frame[-1]:
+                rows.extend(frame[:-1])
+                error = str(frame[-1]["plan_error"])
                 return
-            rows.append(row)
-            if len(rows) >= 5000:
-                flush()
+            rows.extend(frame)
+            if len(rows) >= WRITE_ROWS:
+                await flush()
 
     try:
         async with asyncio.timeout(limits.wall_seconds):
@@ -158,7 +174,8 @@ async def plan(
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 await feed()
             await reader
-            flush()
+            await flush()
+            await flush()  # the last chunk
             code = await proc.wait()
     except TimeoutError:
         raise PlanError(f"planning took longer than {limits.wall_seconds:.0f} s", permanent=False) from None
@@ -168,6 +185,9 @@ async def plan(
             await proc.wait()
         if reader is not None and not reader.done():
             reader.cancel()
+        if writer is not None:  # a write in flight finishes (its thread cannot be stopped) before we return
+            with contextlib.suppress(Exception):
+                await asyncio.shield(writer)
     if error:
         raise PlanError(error)
     if code != 0:
@@ -202,8 +222,22 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
     resource.setrlimit(resource.RLIMIT_CPU, (limits.job_cpu_seconds, limits.job_cpu_seconds + 5))
     signal.signal(signal.SIGPROF, _on_timer)
 
+    frame: list[dict[str, Any]] = []
+    held = 0
+
+    def send() -> None:
+        nonlocal held
+        body = orjson.dumps(frame)
+        stdout.write(ROWS.pack(len(body)) + body)
+        frame.clear()
+        held = 0
+
     def answer(row: dict[str, Any]) -> None:
-        stdout.write(orjson.dumps(row) + b"\n")
+        nonlocal held
+        frame.append(row)
+        held += len(row.get("payload") or "") + len(row.get("reason") or "") + 100
+        if held >= ROWS_BYTES or len(frame) >= ROWS_COUNT or "plan_error" in row:
+            send()
 
     try:
         spec = LLMBatchJobSpec.model_validate(job.spec)
@@ -213,6 +247,7 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
         answer({"plan_error": bound(str(exc))})
         stdout.flush()
         return 0
+    timed = renderer.parts is None  # the fast path (no Jinja) is linear in the line, which is bounded
     factory = RequestFactory(job.model, spec.request)
     seen: set[str] = set()
     limited = succeeded = 0
@@ -220,14 +255,16 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
         number, length = FRAME.unpack(head)
         raw = _read_exact(stdin, length)
         try:
-            signal.setitimer(signal.ITIMER_PROF, limits.line_seconds)
+            if timed:
+                signal.setitimer(signal.ITIMER_PROF, limits.line_seconds)
             row = admit_line(number, raw, renderer, factory, encode, seen)
         except LineTimeout:
             row = invalid_row(number, "template_timeout", f"rendering took over {limits.line_seconds} CPU seconds")
         except MemoryError:
             row = invalid_row(number, "resource_limit", "rendering needed more memory than the planner may use")
         finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)
+            if timed:
+                signal.setitimer(signal.ITIMER_PROF, 0)
         hit = row["state"] == "invalid" and row["error_type"] in LIMIT_ERRORS
         limited += hit
         succeeded += row["state"] == "pending"
@@ -235,6 +272,8 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
             answer({"plan_error": bound(f"spec.request.template hits a limit on every line tried: {row['reason']}")})
             break
         answer(row)
+    if frame:
+        send()
     stdout.flush()
     return 0
 
