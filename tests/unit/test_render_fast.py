@@ -12,7 +12,8 @@ from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import plan
 from barge.batch.render import Renderer
 from barge.batch.sandbox import Limits
-from barge.providers.encoding import encode_anthropic
+from barge.providers.base import Request
+from barge.providers.encoding import encode_anthropic, encoder
 
 LINES = [
     b'{"id": "1", "text": "plain", "name": "Ann"}',
@@ -109,3 +110,37 @@ def _spec(template: str) -> LLMBatchJobSpec:
 def test_lines_are_read_as_json_reads_them(line: bytes) -> None:
     assert Renderer(_spec("{{ n }}"), "d", "t").parse(line) == json.loads(line)
     assert repr(Renderer(_spec("{{ n }}"), "d", "t").parse(line)) == repr(json.loads(line))
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai", "azure-openai"])
+@pytest.mark.parametrize("system", ["", "be brief \u00e9", "\x00barge-mark\x00 in the system prompt"])
+def test_compiled_line_encoder_is_byte_for_byte_the_encoder(kind: str, system: str) -> None:
+    spec = LLMBatchJobSpec.model_validate(
+        {
+            "provider": {"type": "anthropic", "model": "m", "secretRef": {"name": "k"}},
+            "input": {"url": "in.jsonl"},
+            "output": {"url": "out/"},
+            "request": {
+                "template": "{{ text }}",
+                "maxTokens": 10,
+                "system": system,
+                "cachePrefix": True,
+                "params": {"temperature": 0.2, "metadata": {"k": "v"}},
+            },
+        }
+    )
+    factory = plan.RequestFactory("m", spec.request)
+    encode = encoder(kind)
+    fast = factory.line_encoder(encode)
+    for custom_id, user in [("a", ""), ("id-2", 'caf\u00e9 \U0001f600 "q" \\ \n\t\x01\u2028'), ("x" * 64, "y" * 5000)]:
+        assert fast(custom_id, user) == encode(factory(custom_id, user))
+
+
+def test_line_encoder_falls_back_for_an_encoder_that_is_not_orjson() -> None:
+    factory = plan.RequestFactory("m", _spec("{{ text }}").request)
+
+    def ascii_json(r: Request) -> bytes:
+        return json.dumps({"custom_id": r.custom_id, "user": r.user}).encode()  # \\u escapes, unlike orjson
+
+    fast = factory.line_encoder(ascii_json)
+    assert fast("a", "caf\u00e9") == ascii_json(factory("a", "caf\u00e9"))

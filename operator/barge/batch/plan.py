@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from barge.api.batchjob import RequestSpec
 from barge.batch.render import ItemError, Renderer
 from barge.providers.base import Request
+from barge.providers.encoding import line_encoder
 
 T = TypeVar("T")
 
@@ -47,6 +48,10 @@ class RequestFactory:
     def estimate(self, user: str) -> int:
         return estimate_tokens(self.spec.system + user)
 
+    def line_encoder(self, encode: Callable[[Request], bytes]) -> Callable[[str, str], bytes]:
+        """`(custom_id, user) -> encode(self(custom_id, user))`, compiled once (see encoding.line_encoder)."""
+        return line_encoder(encode, self("", ""))
+
 
 def admit_line(
     number: int,
@@ -56,8 +61,10 @@ def admit_line(
     encode: Callable[[Request], bytes],
     seen: set[str],
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    encode_line: Callable[[str, str], bytes] | None = None,
 ) -> dict[str, Any]:
-    """One ledger row for one input line: `pending` with its payload, or `invalid` with the line and the reason."""
+    """One ledger row for one input line: `pending` with its payload, or `invalid` with the line and the reason.
+    `encode_line`: the same encoding as `encode(factory(...))`, compiled (factory.line_encoder)."""
     custom_id = f"#line-{number}"  # invalid lines get a key that can never be a real custom_id
     item_id: str | None = None
     try:
@@ -71,7 +78,10 @@ def admit_line(
                 f"duplicate id {item_id!r} (its custom_id {rendered.custom_id!r} is already used by an earlier line)",
                 "duplicate_id",
             )
-        size = len(encode(factory(rendered.custom_id, rendered.user)))
+        if encode_line is not None:
+            size = len(encode_line(rendered.custom_id, rendered.user))
+        else:
+            size = len(encode(factory(rendered.custom_id, rendered.user)))
         if size > max_request_bytes:
             raise ItemError(
                 f"request is {size} bytes, over the {max_request_bytes}-byte per-request limit", "request_too_large"

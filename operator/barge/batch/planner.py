@@ -50,7 +50,8 @@ FRAME = struct.Struct("!QI")  # line number, length
 ROWS = struct.Struct("!I")  # length of a frame of rows (an orjson list) from the child
 ROWS_BYTES = 4 << 20  # the child sends a frame of rows once it holds this many bytes ...
 ROWS_COUNT = 2000  # ... or this many rows
-WRITE_ROWS = 20_000  # rows per ledger write (one transaction): large writes, at most two chunks held
+WRITE_BYTES = 8 << 20  # rows per ledger write (one transaction): about this many payload bytes ...
+WRITE_ROWS = 20_000  # ... or this many rows; at most two such chunks are held (one being written)
 LIMIT_ERRORS = ("template_timeout", "resource_limit", "template_limit")
 
 
@@ -153,6 +154,7 @@ async def plan(
 
     async def collect() -> None:
         nonlocal error
+        held = 0
         while True:
             try:
                 head = await stdout.readexactly(ROWS.size)
@@ -164,7 +166,9 @@ async def plan(
                 error = str(frame[-1]["plan_error"])
                 return
             rows.extend(frame)
-            if len(rows) >= WRITE_ROWS:
+            held += sum(len(r.get("payload") or "") for r in frame)
+            if held >= WRITE_BYTES or len(rows) >= WRITE_ROWS:
+                held = 0
                 await flush()
 
     try:
@@ -249,6 +253,7 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
         return 0
     timed = renderer.parts is None  # the fast path (no Jinja) is linear in the line, which is bounded
     factory = RequestFactory(job.model, spec.request)
+    encode_line = factory.line_encoder(encode)
     seen: set[str] = set()
     limited = succeeded = 0
     while head := _read_exact(stdin, FRAME.size):
@@ -257,7 +262,7 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
         try:
             if timed:
                 signal.setitimer(signal.ITIMER_PROF, limits.line_seconds)
-            row = admit_line(number, raw, renderer, factory, encode, seen)
+            row = admit_line(number, raw, renderer, factory, encode, seen, encode_line=encode_line)
         except LineTimeout:
             row = invalid_row(number, "template_timeout", f"rendering took over {limits.line_seconds} CPU seconds")
         except MemoryError:

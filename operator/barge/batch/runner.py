@@ -121,6 +121,7 @@ class JobRunner:
         self.sync_only = sync_only
         self.sync_limits = sync_limits  # (concurrency, RPM, TPM) of a pool; None: spec.fallback's
         self.factory = plan.RequestFactory(job.model, job.spec.request)
+        self.encode_line = self.factory.line_encoder(provider.encode)
         self.tag = hashlib.sha256(job.key.encode()).hexdigest()[:32]
         self.unknown: list[str] = []
         self.guard = guard or asyncio.Lock()
@@ -233,7 +234,7 @@ class JobRunner:
     # --- submission -------------------------------------------------------------------------------------------
     def _shard_lines(self, shard: str) -> Iterator[bytes]:
         for _, cid, payload in self.ledger.iter_items(self.job.key, "custom_id, payload", ("submitting",), shard=shard):
-            yield self.provider.encode(self.factory(cid, payload))
+            yield self.encode_line(cid, payload)
 
     def _shards(self) -> Iterator[tuple[int, int, int, int]]:
         """(first line, last line, count, max attempts so far) of each shard of the pending items, cut by count

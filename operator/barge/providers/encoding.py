@@ -8,6 +8,7 @@ functions, so the measured size is the sent size. Barge's keys always win over `
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -55,6 +56,30 @@ def openai_encoder(url: str) -> Callable[[Request], bytes]:
         return orjson.dumps(line)
 
     return encode
+
+
+_MARK = "\x00barge-mark\x00"
+
+
+def line_encoder(encode: Callable[[Request], bytes], template: Request) -> Callable[[str, str], bytes]:
+    """`(custom_id, user) -> encode(template with them)`, byte for byte, built once per job from the bytes that are
+    the same in every request (a few times faster than building and encoding a dict per request). Falls back to
+    `encode` itself unless a probe encodes exactly alike both ways (an encoder that is not orjson's, say)."""
+
+    def slow(custom_id: str, user: str) -> bytes:
+        return encode(replace(template, custom_id=custom_id, user=user))
+
+    parts = slow(_MARK, _MARK).split(orjson.dumps(_MARK))
+    if len(parts) != 3:
+        return slow
+    head, middle, tail = parts
+    dumps = orjson.dumps
+
+    def fast(custom_id: str, user: str) -> bytes:
+        return b"".join((head, dumps(custom_id), middle, dumps(user), tail))
+
+    probe = ("id-1", 'caf\u00e9 \u2028 "quoted" \\ \n\t\x01 \U0001f600 </script>')
+    return fast if fast(*probe) == slow(*probe) else slow
 
 
 def encoder(kind: str) -> Callable[[Request], bytes]:
