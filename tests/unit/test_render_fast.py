@@ -3,6 +3,7 @@ the same text, the same invalid items with the same reasons, the same custom_ids
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from barge.batch.render import Renderer
 from barge.batch.sandbox import Limits
 from barge.providers.base import Request
 from barge.providers.encoding import encode_anthropic, encoder
+from barge.providers.upload import LineReader, Replay
 
 LINES = [
     b'{"id": "1", "text": "plain", "name": "Ann"}',
@@ -144,3 +146,24 @@ def test_line_encoder_falls_back_for_an_encoder_that_is_not_orjson() -> None:
 
     fast = factory.line_encoder(ascii_json)
     assert fast("a", "caf\u00e9") == ascii_json(factory("a", "caf\u00e9"))
+
+
+def test_line_reader_streams_every_line_and_rewinds_only_a_replayable_source() -> None:
+    lines = [b'{"a":1}', b"", b"x" * 70_000, "\u00e9".encode()]
+    expected = b"".join(line + b"\n" for line in lines)
+    for size in (1, 7, 65_536, -1):
+        reader = LineReader(Replay(lambda: iter(lines)))
+        got = b""
+        while chunk := reader.read(size):
+            got += chunk
+        assert got == expected
+        assert reader.seek(0) == 0  # a retried upload reads every line again
+        assert reader.read() == expected
+    once = LineReader(iter(lines))
+    assert not once.restartable
+    once.seek(0)  # before reading: fine (httpx rewinds before it sends)
+    assert once.read(3) == expected[:3]
+    with pytest.raises(io.UnsupportedOperation):
+        once.seek(0)
+    with pytest.raises(OSError, match="not known"):  # so httpx sends it chunked instead of guessing a length
+        once.tell()

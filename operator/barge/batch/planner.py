@@ -50,7 +50,7 @@ FRAME = struct.Struct("!QI")  # line number, length
 ROWS = struct.Struct("!I")  # length of a frame of rows (an orjson list) from the child
 ROWS_BYTES = 4 << 20  # the child sends a frame of rows once it holds this many bytes ...
 ROWS_COUNT = 2000  # ... or this many rows
-WRITE_BYTES = 8 << 20  # rows per ledger write (one transaction): about this many payload bytes ...
+WRITE_BYTES = 4 << 20  # rows per ledger write (one transaction): about this many payload bytes ...
 WRITE_ROWS = 20_000  # ... or this many rows; at most two such chunks are held (one being written)
 LIMIT_ERRORS = ("template_timeout", "resource_limit", "template_limit")
 
@@ -88,7 +88,7 @@ class LineTimeout(BaseException):
 
 # --- the parent side ------------------------------------------------------------------------------------------
 def _take(
-    lines: Iterator[tuple[int, bytes]], max_bytes: int = 8 << 20, max_lines: int = 2000
+    lines: Iterator[tuple[int, bytes]], max_bytes: int = 2 << 20, max_lines: int = 2000
 ) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     size = 0
@@ -117,7 +117,7 @@ async def plan(
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        limit=16 << 20,
+        limit=1 << 20,  # frames of rows are read whole (readexactly); this only bounds buffering ahead
     )
     assert proc.stdin is not None
     assert proc.stdout is not None

@@ -31,6 +31,7 @@ from barge.batch.snapshot import LEDGER_MISMATCH, Snapshot, build_snapshot, ledg
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient
+from barge.providers.upload import Replay
 from barge.storage import StoragePolicy, join, write_lines
 
 log = logging.getLogger("barge.batch")
@@ -287,7 +288,7 @@ class JobRunner:
             failpoints.hit(failpoints.AFTER_INTENT)
             try:
                 info = await self.provider.create_batch(
-                    self._shard_lines(shard),
+                    Replay(lambda: self._shard_lines(shard)),  # read from the ledger as it is sent, again on a retry
                     {"barge_job": self.tag, "barge_shard": shard},
                     output_expires_after=self._retention()[1] * retention.DAY,
                 )

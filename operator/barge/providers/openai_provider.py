@@ -1,16 +1,16 @@
 """OpenAI Batch and Azure OpenAI Global Batch through the `openai` SDK (AsyncOpenAI / AsyncAzureOpenAI).
 
-The input file is spooled to disk line by line and uploaded as a stream, results are streamed from the
-output and error files: memory stays flat whatever the job's size. Batches carry Barge's metadata, which
+The input file streams from the encoded lines straight into the upload (upload.LineReader: no spool file, no
+copy in memory), results are streamed from the output and error files: memory stays flat whatever the job's
+size. Batches carry Barge's metadata, which
 is how orphan batches are recognised after a crash.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any, cast
 
 import openai
 import orjson
@@ -21,6 +21,7 @@ from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
 from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
+from barge.providers.upload import LineReader
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
@@ -102,12 +103,11 @@ class OpenAIProvider:
         self, lines: Iterable[bytes], metadata: dict[str, str], *, output_expires_after: int = 0
     ) -> BatchInfo:
         expiry: Any = {"anchor": "created_at", "seconds": output_expires_after} if output_expires_after else openai.omit
+        reader = LineReader(lines)
+        # The SDK's retries re-read the file: only a source that can be iterated again may be retried.
+        client = self.client if reader.restartable else self._create_client
         try:
-            with tempfile.TemporaryFile(prefix="barge-batch-", suffix=".jsonl") as spool:
-                for line in lines:
-                    spool.write(line + b"\n")
-                spool.seek(0)
-                uploaded = await self.client.files.create(file=("batch.jsonl", spool), purpose="batch")
+            uploaded = await client.files.create(file=("batch.jsonl", cast("IO[bytes]", reader)), purpose="batch")
         except openai.APIError as exc:
             raise from_sdk(exc, openai) from exc
         try:
