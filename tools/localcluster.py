@@ -273,9 +273,10 @@ def _start_controller_manager(directory: Path, bins: dict[str, Path]) -> None:
         time.sleep(0.25)
 
 
-def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False) -> Cluster:
+def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False, apiserver_args: tuple[str, ...] = ()) -> Cluster:
     """Start etcd + kube-apiserver, and kube-controller-manager with `controllers` (or reuse what already runs
-    from this directory, adding the controllers if asked)."""
+    from this directory, adding the controllers if asked). `apiserver_args` are added to kube-apiserver's flags
+    (the operator benchmark's audit log)."""
     bins = build(argocd=False)
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -354,6 +355,7 @@ def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False) -> Cluster:
             "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none",
             "--v=0",
+            *apiserver_args,
         ],
         stdout=api_log,
         stderr=subprocess.STDOUT,

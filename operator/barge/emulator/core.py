@@ -244,6 +244,8 @@ class Store:
         self.deletes = 0
         self.sync_requests = 0
         self.rate_limited = 0
+        self.requests: dict[str, int] = {}
+        """"METHOD /route/{param}" -> requests served (the benchmarks count a client's calls with it)."""
         self._sync_rng = random.Random(f"{profile.seed}:sync")
 
     def new_batch(self, provider: ProviderName, items: list[Item], **extra: Any) -> Batch:
@@ -308,6 +310,7 @@ class Store:
             "sync_requests": self.sync_requests,
             "rate_limited": self.rate_limited,
             "creates": self.creates,
+            "requests": dict(self.requests),
         }
 
 

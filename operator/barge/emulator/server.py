@@ -65,6 +65,10 @@ def _unauthorized(family: str) -> web.Response:
 @web.middleware
 async def provider_shape(request: web.Request, handler: Handler) -> web.StreamResponse:
     family = _family(request.path)
+    resource = request.match_info.route.resource
+    route = f"{request.method} {resource.canonical if resource is not None else request.path}"
+    counts = request.app[STORE].requests
+    counts[route] = counts.get(route, 0) + 1
     if family != "emulator":
         key = _api_key(request, family)
         if not key or key == "invalid":
