@@ -16,7 +16,7 @@ from barge.batch import prices
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
 from barge.operator import diffbase, jobs, metrics, pools, purge, schedules
-from barge.operator.kube import Kube
+from barge.operator.cache import CachedKube
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
 POOL_RETRY_SECONDS = 10.0
@@ -40,8 +40,9 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             prefix="barge.dev", key="last-handled-configuration"
         )
         settings.posting.level = logging.WARNING  # Barge posts its own events; Kopf's only when something is wrong
-        ctx = jobs.Context(config, Ledger(config.ledger_url), Kube(), prices.load(config.prices_file))
+        ctx = jobs.Context(config, Ledger(config.ledger_url), CachedKube(), prices.load(config.prices_file))
         memo["ctx"] = ctx
+        memo["lag"] = asyncio.create_task(ctx.lags["main"].watch())
         if config.metrics_port:
             memo["server"] = await metrics.start_server(ctx, config.metrics_port)
         if config.ledger_purge_seconds > 0:
@@ -49,11 +50,13 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     @on.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        if "purge" in memo:
-            memo["purge"].cancel()
+        for task in ("purge", "lag"):
+            if task in memo:
+                memo[task].cancel()
         if "server" in memo:
             await memo["server"].cleanup()
         await memo["ctx"].kube.close()
+        memo["ctx"].stop_engine()
         memo["ctx"].ledger.close()
 
     @on.on.login(registry=registry)
@@ -93,10 +96,15 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def inferencepool(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await jobs.reconcile_pool(memo["ctx"], body)
 
+    # async: a sync handler would cost a hop through Kopf's thread pool for every watch event
     @on.on.event(GROUP, VERSION, jobs.PLURAL, registry=registry)
-    @on.on.event(GROUP, VERSION, pools.PLURAL, registry=registry)
-    def seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    async def seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         memo["ctx"].book.observe(event)
+
+    @on.on.event(GROUP, VERSION, pools.PLURAL, registry=registry)
+    async def seen_pool(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo["ctx"].book.observe(event)
+        memo["ctx"].pools.observe(event)
 
     @on.on.event(
         GROUP,

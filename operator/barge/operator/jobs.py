@@ -2,13 +2,16 @@
 
 One daemon per non-terminal job: it resolves the Secret and the input, runs one engine step, writes the
 status subresource when something changed, and sleeps the poll interval (with jitter). A terminal job has no
-daemon (the `when` filter), so it costs nothing. Everything the daemon knows is re-derived from the ledger,
+daemon (the `when` filter), so it costs nothing. Secrets, namespaces, pools and provider clients come from
+operator/cache.py; the engine step runs on an engine loop (operator/engine.py), never on Kopf's, and the few
+ledger calls made here go through a thread. Everything the daemon knows is re-derived from the ledger,
 so an operator restarted at any moment resumes every job without duplicate batches.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import random
@@ -34,8 +37,11 @@ from barge.k8s.pool import endpoint
 from barge.ledger import Ledger, lifetime
 from barge.operator import admission, faultstatus, metrics, pools
 from barge.operator import status as status_
+from barge.operator.cache import Clients, ClientSpec, Watched
+from barge.operator.engine import Engine
 from barge.operator.kube import Kube, NotFound, Objects
-from barge.policy import Refused
+from barge.operator.looplag import Lag
+from barge.policy import Policy, Refused
 from barge.providers import BatchProvider, ProviderError, make_provider
 from barge.storage import read_lines
 
@@ -63,9 +69,27 @@ class Context:
     """Jobs whose delete handler started: their daemon creates nothing more."""
     held: lifetime.Held | None = None
     """The last measurement of text bytes the ledger holds per tenant (operator/purge.py); None before the first."""
+    pools: Watched = field(default_factory=Watched)
+    """InferencePools as the watch delivers them (read by job steps instead of a GET per poll)."""
+    lags: dict[str, Lag] = field(default_factory=lambda: {"main": Lag()})
+    """Event-loop lag per loop: Kopf's (`main`) and the engine loops (barge_event_loop_lag_seconds)."""
+    _engine: Engine | None = None
 
     def guard(self, key: str) -> asyncio.Lock:
         return self.guards.setdefault(key, asyncio.Lock())
+
+    @property
+    def engine(self) -> Engine:
+        """The engine loops, started on first use."""
+        if self._engine is None:
+            self._engine = Engine(client_builder(self.config.policy))
+            self.lags.update(self._engine.lags)
+        return self._engine
+
+    def stop_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.stop()
+            self._engine = None
 
     @property
     def objects(self) -> Objects:
@@ -117,7 +141,7 @@ async def build_job(
     if spec.input.inline is not None:
         lines = _inline_lines(spec.input.inline)
     elif spec.input.config_map_ref is not None:
-        planned = (ctx.ledger.job(key) or {}).get("planned")
+        planned = (await asyncio.to_thread(ctx.ledger.job, key) or {}).get("planned")
         ref = spec.input.config_map_ref
         text = "" if planned else await ctx.kube.configmap_value(namespace, ref.name, ref.key)
         lines = _text_lines(text)
@@ -141,11 +165,32 @@ async def build_job(
     )
 
 
+def client_builder(policy: Policy) -> Callable[[ClientSpec], BatchProvider]:
+    """How the engine loops build a provider client (each is then reused: cache.Clients)."""
+
+    imported: set[str] = set()
+
+    def build(spec: ClientSpec) -> BatchProvider:
+        provider = make_provider(
+            spec.kind,
+            spec.secret,
+            base_url=spec.base_url,
+            api_version=spec.api_version,
+            guard=admission.guard(policy) if spec.guarded else None,
+        )
+        if spec.kind not in imported:  # its SDK was imported now, for good: keep it out of the collector's scans
+            imported.add(spec.kind)
+            gc.freeze()
+        return provider
+
+    return build
+
+
 @dataclass(frozen=True)
 class Target:
     """Where a job's requests go: the adapter, the model, and whether only the sync path exists (engine pools)."""
 
-    provider: BatchProvider
+    provider: ClientSpec
     model: str
     sync_only: bool = False
     concurrency: int = 0
@@ -155,25 +200,22 @@ class Target:
     """A provider pool's spec.provider.price."""
 
 
-async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Target:
-    """Resolve the provider (and for `type: pool` the InferencePool); NotFound means "wait and retry"."""
+async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec, *, fresh: bool = False) -> Target:
+    """Resolve the provider (and for `type: pool` the InferencePool); NotFound means "wait and retry". `fresh`:
+    read the Secret and the pool from the API server, not from the caches."""
     if spec.provider.type != "pool":
         ref = spec.provider.secret_ref
         if ref is None:
             raise NotFound("spec.provider.secretRef is required for this provider")
-        secret = await ctx.kube.secret_value(namespace, ref.name, ref.key)
+        secret = await ctx.kube.secret_value(namespace, ref.name, ref.key, fresh=fresh)
         return Target(
-            make_provider(
-                spec.provider.type,
-                secret,
-                base_url=spec.provider.base_url,
-                api_version=spec.provider.api_version,
-                guard=admission.guard(ctx.config.policy),
-            ),
+            ClientSpec(spec.provider.type, secret, spec.provider.base_url, spec.provider.api_version),
             spec.provider.model,
         )
     name = spec.provider.pool_ref.name if spec.provider.pool_ref else ""
-    body = await ctx.objects.get("barge.dev/v1alpha1", "InferencePool", namespace, name)
+    body = None if fresh else ctx.pools.get(namespace, name)
+    if body is None:
+        body = await ctx.objects.get("barge.dev/v1alpha1", "InferencePool", namespace, name)
     if body is None:
         raise NotFound(f"InferencePool {name!r} not found in namespace {namespace!r}")
     if not pools.is_ready(body):
@@ -182,15 +224,10 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Tar
     quota = pool.spec.quota
     if pool.spec.provider is not None:
         ref = pool.spec.provider.secret_ref
-        secret = await ctx.kube.secret_value(namespace, ref.name, ref.key)
+        secret = await ctx.kube.secret_value(namespace, ref.name, ref.key, fresh=fresh)
+        provider = pool.spec.provider
         return Target(
-            make_provider(
-                pool.spec.provider.type,
-                secret,
-                base_url=pool.spec.provider.base_url,
-                api_version=pool.spec.provider.api_version,
-                guard=admission.guard(ctx.config.policy),
-            ),
+            ClientSpec(provider.type, secret, provider.base_url, provider.api_version),
             pool.spec.provider.model,
             price=pool.spec.provider.price,
         )
@@ -201,7 +238,7 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec) -> Tar
     # As many requests in flight as the engines batch at once (vLLM's default max_num_seqs is 256), capped.
     concurrency = min(256, max(1, ready) * (engine.args.max_num_seqs or 64))
     return Target(
-        make_provider("openai", "none", base_url=url),
+        ClientSpec("openai", "none", url, guarded=False),
         pool.spec.model,
         sync_only=True,
         concurrency=concurrency,
@@ -301,7 +338,7 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             post(fault.reason, fault.message, "Warning")
             if await _deadline(ctx, meta, spec, fault, current, generation, post):
                 return
-            planned = bool((_ledger_row(ctx, key) or {}).get("planned"))
+            planned = bool((await _ledger_row(ctx, key) or {}).get("planned"))
             current = await _write(
                 ctx, meta, current, faultstatus.fault_status(current, fault, generation, planned=planned)
             )
@@ -320,34 +357,37 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
 async def _step(
     ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, post: Poster, status: dict[str, Any]
 ) -> Snapshot:
-    """One engine step of the job: admit it, resolve its provider and input, step, close the provider."""
+    """One engine step of the job: admit it and resolve its provider and input here (Kopf's loop, the caches),
+    then step on the job's engine loop with a shared provider client."""
     admitted = await admission.admit(ctx.kube, ctx.config.policy, meta["namespace"], spec)
     target = await target_for(ctx, meta["namespace"], spec)
-    runner: JobRunner | None = None
-    try:
-        job = await build_job(ctx, meta, spec, target.model, admitted, status, target.price)
-        runner = JobRunner(
-            job,
-            target.provider,
-            ctx.ledger,
-            ctx.prices,
-            ctx.settings,
-            on_event=post,
-            sync_only=target.sync_only,
-            sync_limits=(target.concurrency, target.requests_per_minute, target.tokens_per_minute),
-            guard=ctx.guard(job.key),
-            halted=lambda: job.key in ctx.deleting,
-        )
-        return await runner.step()
-    finally:
-        if runner is not None:
-            await runner.settle()  # a create in flight is recorded before the provider closes
-        await target.provider.close()
+    job = await build_job(ctx, meta, spec, target.model, admitted, status, target.price)
+
+    async def step(clients: Clients) -> Snapshot:
+        async with clients.lease(target.provider) as provider:
+            runner = JobRunner(
+                job,
+                provider,
+                ctx.ledger,
+                ctx.prices,
+                ctx.settings,
+                on_event=post,
+                sync_only=target.sync_only,
+                sync_limits=(target.concurrency, target.requests_per_minute, target.tokens_per_minute),
+                guard=ctx.guard(job.key),
+                halted=lambda: job.key in ctx.deleting,
+            )
+            try:
+                return await runner.step()
+            finally:
+                await runner.settle()  # a create in flight is recorded before the client may close
+
+    return await ctx.engine.call(job.key, step)
 
 
-def _ledger_row(ctx: Context, key: str) -> dict[str, Any] | None:
+async def _ledger_row(ctx: Context, key: str) -> dict[str, Any] | None:
     try:
-        return ctx.ledger.job(key)
+        return await asyncio.to_thread(ctx.ledger.job, key)
     except Exception:  # the ledger may be what is failing
         return None
 
@@ -363,13 +403,9 @@ async def _deadline(
 ) -> bool:
     """The deadline applies to a job whose steps fail: past it the job is Failed (True: the daemon ends)."""
     try:
-        done = faults.fail_at_deadline(
-            ctx.ledger,
-            job_key(meta),
-            spec,
-            await admission.tenant_or_namespace(ctx.kube, meta["namespace"]),
-            time.time(),
-            fault,
+        tenant = await admission.tenant_or_namespace(ctx.kube, meta["namespace"])
+        done = await asyncio.to_thread(
+            faults.fail_at_deadline, ctx.ledger, job_key(meta), spec, tenant, time.time(), fault
         )
     except Exception:
         log.exception("cannot record the deadline failure of %s in the ledger", job_key(meta))
@@ -386,7 +422,8 @@ async def delete_job(ctx: Context, body: Any, post: Poster) -> None:
     """Finalizer: cancel what is in flight, then drop the job's prompts and outputs from the ledger (its audit
     rows stay: ids, states, usage, batches; see ledger/lifetime.py)."""
     await cancel_on_delete(ctx, body, post)
-    lifetime.forget_job(ctx.ledger, job_key({k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}))
+    key = job_key({k: body["metadata"].get(k) for k in ("namespace", "name", "uid")})
+    await asyncio.to_thread(lifetime.forget_job, ctx.ledger, key)
 
 
 async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
@@ -398,19 +435,23 @@ async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
     meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}
     key = job_key(meta)
     ctx.deleting.add(key)
-    async with ctx.guard(key):
-        live = [b["batch_id"] for b in ctx.ledger.batches_of(key, live_only=True)]
-        if not live:
-            return
-        failed: list[str] = []
-        why = ""
-        try:
-            spec = LLMBatchJobSpec.model_validate(dict(body["spec"]))
-            provider = (await target_for(ctx, meta["namespace"], spec)).provider
-        except Exception as exc:  # no Secret, no pool, a bad spec or key: nothing can be cancelled
-            failed, why = live, f"{type(exc).__name__}: {exc}"
-        else:
+    kopf_loop = asyncio.get_running_loop()
+
+    async def resolve() -> Target:  # on Kopf's loop (the API client's), read fresh: no Secret from a cache
+        return await target_for(ctx, meta["namespace"], LLMBatchJobSpec.model_validate(dict(body["spec"])), fresh=True)
+
+    async def cancel(clients: Clients) -> tuple[list[str], str]:
+        async with ctx.guard(key):
+            live = [b["batch_id"] for b in ctx.ledger.batches_of(key, live_only=True)]
+            if not live:
+                return [], ""
             try:
+                target = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(resolve(), kopf_loop))
+            except Exception as exc:  # no Secret, no pool, a bad spec or key: nothing can be cancelled
+                return live, f"{type(exc).__name__}: {exc}"
+            failed: list[str] = []
+            why = ""
+            async with clients.lease(target.provider) as provider:
                 for batch_id in live:
                     try:
                         await provider.cancel(batch_id)
@@ -418,8 +459,9 @@ async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
                     except ProviderError as exc:
                         failed.append(batch_id)
                         why = f"{exc.error_type}: {exc.message}"
-            finally:
-                await provider.close()
+            return failed, why
+
+    failed, why = await ctx.engine.call(key, cancel)
     ctx.guards.pop(key, None)
     if failed:
         message = bound(

@@ -69,8 +69,9 @@ class Kube:
             raise
         return dict(found.metadata.labels or {})
 
-    async def secret_data(self, namespace: str, name: str) -> dict[str, str]:
-        """Every key of a Secret marked barge.dev/credential: "true" (else policy.Refused), decoded."""
+    async def secret_data(self, namespace: str, name: str, *, fresh: bool = False) -> dict[str, str]:
+        """Every key of a Secret marked barge.dev/credential: "true" (else policy.Refused), decoded. `fresh`: read
+        from the API server even where a cache holds it (cache.CachedKube)."""
         core = client.CoreV1Api(await self.api())
         try:
             secret = await core.read_namespaced_secret(dns_name(name, "Secret name"), dns_name(namespace))
@@ -81,8 +82,8 @@ class Kube:
         check_secret(name, secret.metadata.labels)
         return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str:
-        data = await self.secret_data(namespace, name)
+    async def secret_value(self, namespace: str, name: str, key: str, *, fresh: bool = False) -> str:
+        data = await self.secret_data(namespace, name, fresh=fresh)
         if key not in data:
             raise NotFound(f"Secret {name!r} has no key {key!r}")
         return data[key]

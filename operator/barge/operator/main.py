@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 import kopf
@@ -25,6 +26,7 @@ def run(config: OperatorConfig) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     if config.peering is not None:
         preload_providers()
+    gc.freeze()  # what the imports made lives as long as the process: out of every later collection's scan
     registry = kopf.OperatorRegistry()
     register(registry, config)
     settings = kopf.OperatorSettings()

@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.k8s.pool import PENDING_METRIC
+from barge.operator.looplag import LagCollector
 from barge.providers.base import Usage
 
 if TYPE_CHECKING:
@@ -427,6 +428,7 @@ class BargeCollector(Collector):
 async def start_server(ctx: Context, port: int) -> web.AppRunner:
     registry = CollectorRegistry()
     registry.register(BargeCollector(ctx))
+    registry.register(LagCollector(ctx.lags))
 
     async def metrics(_: web.Request) -> web.Response:
         # The ledger is read in a thread: a scrape never holds the event loop the job daemons run on.
