@@ -125,11 +125,11 @@ async def test_both_ledger_backends(
 ) -> None:
     url = str(tmp_path / "l.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")
     emu = start_emulator({"batch": {"outcomes": {"server_error": 0.1, "refusal": 0.1}}})
-    job = make_job(tmp_path, "openai", 150)
+    job = make_job(tmp_path, "openai", 400)  # over ledger.bulk.COPY_MIN: PostgreSQL takes the COPY path
     ledger = Ledger(url)
     snap = await run_to_end(JobRunner(job, provider_for("openai", emu.url), ledger, prices.load(), FAST))
     assert snap.phase == "Succeeded"
-    check_accounting(tmp_path, snap, 150)
+    check_accounting(tmp_path, snap, 400)
     again = await JobRunner(job, provider_for("openai", emu.url), Ledger(url), prices.load(), FAST).step()
     assert again.usage == snap.usage  # a terminal job is not recounted
     assert len(state(emu)["batches"]) == len(snap.batches)

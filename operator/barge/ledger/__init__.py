@@ -20,15 +20,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, update
 
-from barge.ledger import summary
+from barge.ledger import bulk, summary
 from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items, jobs, metadata
 
 __all__ = ["TERMINAL", "ItemUpdate", "Ledger", "normalise_url"]
 
 PAGE = 5000
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-#: error_type of a request that expired inside a batch (Anthropic result type; OpenAI/Azure error code).
-EXPIRED_TYPES = ("expired", "batch_expired")
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,29 +253,17 @@ class Ledger:
 
     def apply(self, job: str, changes: list[ItemUpdate], batch_id: str | None = None) -> None:
         """Item changes (with their results) and, for a batch, their usage: one transaction."""
-        if not changes:
-            return
-        sql = self._sql(
-            "UPDATE items SET state = ?, error_type = ?, reason = ?, via = ?, "
-            "attempts = COALESCE(?, attempts), output = ?, input_tokens = ?, output_tokens = ?, "
-            "cache_read_tokens = ?, cache_write_tokens = ? WHERE job = ? AND custom_id = ?"
-        )
-        params = [
-            (c.state, c.error_type, c.reason, c.via, c.attempts, c.output, *c.usage, job, c.custom_id) for c in changes
-        ]
-        with self.engine.begin() as conn:
-            conn.exec_driver_sql(sql, params)
-            if batch_id is not None:
-                totals = [sum(c.usage[i] for c in changes) for i in range(4)]
-                expired = sum(1 for c in changes if c.error_type in EXPIRED_TYPES)
-                conn.exec_driver_sql(
-                    self._sql(
-                        "UPDATE batches SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
-                        "cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?, "
-                        "expired = expired + ? WHERE job = ? AND batch_id = ?"
-                    ),
-                    (*totals, expired, job, batch_id),
-                )
+        if changes:
+            rows = [
+                (c.custom_id, c.state, c.error_type, c.reason, c.attempts, c.via, c.output, *c.usage) for c in changes
+            ]
+            self.apply_rows(job, rows, batch_id)
+
+    def apply_rows(self, job: str, rows: list[bulk.Row], batch_id: str | None = None) -> None:
+        """`apply` for rows already in `bulk.ROW` order (the ingestion hot path builds no ItemUpdate)."""
+        if rows:
+            with self.engine.begin() as conn:
+                bulk.apply(conn, self.postgres, job, rows, batch_id)
 
     # --- intents and batches ----------------------------------------------------------------------------------
     def intent_count(self, job: str) -> int:

@@ -16,7 +16,7 @@ import orjson
 from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
-from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
+from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, flatten
 from barge.providers.encoding import anthropic_params as params
 from barge.providers.encoding import encode_anthropic
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
@@ -138,11 +138,15 @@ class AnthropicProvider:
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
 
-    async def results(self, batch_id: str) -> AsyncIterator[Result]:
+    def results(self, batch_id: str) -> AsyncIterator[Result]:
+        return flatten(self.result_pages(batch_id))
+
+    async def result_pages(self, batch_id: str) -> AsyncIterator[list[Result]]:
+        # The SDK's raw streamed response, parsed here with orjson: no SDK model is built per line.
         try:
             async with self.client.messages.batches.with_streaming_response.results(batch_id) as response:
-                async for line in jsonl.lines(response.iter_bytes()):
-                    yield result_from_line(orjson.loads(line))
+                async for page in jsonl.pages(response.iter_bytes()):
+                    yield [result_from_line(orjson.loads(line)) for line in page]
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
 

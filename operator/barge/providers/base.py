@@ -106,6 +106,10 @@ class BatchProvider(Protocol):
         """Stream an ended batch's results in constant memory."""
         ...
 
+    def result_pages(self, batch_id: str) -> AsyncIterator[list[Result]]:
+        """The same results, one list per read from the wire (ingestion's hot path: no await per result)."""
+        ...
+
     async def complete(self, request: Request) -> Result:
         """The synchronous path (deadline fallback, workers, engine pools). Raises Fatal for job-wide errors."""
         ...
@@ -117,3 +121,10 @@ class BatchProvider(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+async def flatten(pages: AsyncIterator[list[Result]]) -> AsyncIterator[Result]:
+    """`results` from `result_pages`: one result at a time."""
+    async for page in pages:
+        for result in page:
+            yield result

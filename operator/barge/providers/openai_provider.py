@@ -17,7 +17,7 @@ import orjson
 from openai.types import Batch
 
 from barge.providers import jsonl
-from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage
+from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, flatten
 from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
@@ -171,15 +171,19 @@ class OpenAIProvider:
                 return current
             raise from_sdk(exc, openai) from exc
 
-    async def results(self, batch_id: str) -> AsyncIterator[Result]:
+    def results(self, batch_id: str) -> AsyncIterator[Result]:
+        return flatten(self.result_pages(batch_id))
+
+    async def result_pages(self, batch_id: str) -> AsyncIterator[list[Result]]:
+        # The SDK's raw streamed response, parsed here with orjson: no SDK model is built per line.
         try:
             batch = await self.client.batches.retrieve(batch_id)
             for file_id in (batch.output_file_id, batch.error_file_id):
                 if not file_id:  # None, or Azure's ""
                     continue
                 async with self.client.files.with_streaming_response.content(file_id) as response:
-                    async for line in jsonl.lines(response.iter_bytes()):
-                        yield result_from_line(orjson.loads(line))
+                    async for page in jsonl.pages(response.iter_bytes()):
+                        yield [result_from_line(orjson.loads(line)) for line in page]
         except openai.APIError as exc:
             raise from_sdk(exc, openai) from exc
 

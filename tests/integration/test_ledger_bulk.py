@@ -1,0 +1,60 @@
+"""Bulk item updates (ledger/bulk.py) on both backends: rows in any order land on their own items, every field is
+written, `attempts` None keeps the count, and a batch's usage and expired count are added once per apply."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from barge.ledger import ItemUpdate, Ledger
+from barge.ledger.bulk import COPY_MIN
+
+N = COPY_MIN * 2 + 7  # over the COPY threshold on PostgreSQL
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("size", [3, N], ids=["few", "many"])
+def test_bulk_apply_lands_every_row(tmp_path: Path, backend: str, size: int, request: pytest.FixtureRequest) -> None:
+    url = str(tmp_path / "l.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    ledger = Ledger(url)
+    job = f"ns/bulk/{backend}-{size}-{time.time_ns()}"
+    ledger.ensure_job(job, "h")
+    ledger.add_items(job, ({"custom_id": f"c{i}", "line": i + 1, "state": "pending"} for i in range(size)))
+    ledger.open_intent(job, "s0", 1, 1, size, size)
+    ledger.record_batch(job, "s0", "b0", "anthropic", 1, size, "ended", time.time())
+    changes = []
+    for i in range(size):
+        if i % 3 == 0:
+            changes.append(ItemUpdate(f"c{i}", "succeeded", "", "", 1, "batch", f"out\t{i}\n\\", (i, 2, 3, 4)))
+        elif i % 3 == 1:
+            changes.append(ItemUpdate(f"c{i}", "pending", "expired", "window passed", 1))
+        else:  # attempts None: the item's count is kept (it was 0)
+            changes.append(ItemUpdate(f"c{i}", "pending", "canceled", "batch cancelled by Barge", None))
+    random.Random(7).shuffle(changes)
+    ledger.apply(job, changes, "b0")
+    ledger.apply(job, [], "b0")  # nothing to apply: nothing counted
+
+    rows = {
+        r[0]: r[1:]
+        for r in ledger._rows(
+            "SELECT custom_id, state, error_type, reason, attempts, via, output, input_tokens, output_tokens, "
+            "cache_read_tokens, cache_write_tokens FROM items WHERE job = ?",
+            (job,),
+        )
+    }
+    for i in range(size):
+        if i % 3 == 0:
+            assert rows[f"c{i}"] == ("succeeded", "", "", 1, "batch", f"out\t{i}\n\\", i, 2, 3, 4)
+        elif i % 3 == 1:
+            assert rows[f"c{i}"] == ("pending", "expired", "window passed", 1, "", None, 0, 0, 0, 0)
+        else:
+            assert rows[f"c{i}"] == ("pending", "canceled", "batch cancelled by Barge", 0, "", None, 0, 0, 0, 0)
+    batch = ledger.batches_of(job)[0]
+    succeeded = range(0, size, 3)
+    assert (batch["input_tokens"], batch["output_tokens"]) == (sum(succeeded), 2 * len(succeeded))
+    assert (batch["cache_read_tokens"], batch["cache_write_tokens"]) == (3 * len(succeeded), 4 * len(succeeded))
+    assert batch["expired"] == len(range(1, size, 3))
+    ledger.close()
