@@ -1,10 +1,16 @@
-"""The batch engine against `barge emulator`, beside a naive SDK script, in one run.
+"""End to end, as a user sees it: `barge run` of a 100k-item job beside a naive in-memory SDK script, same emulator.
 
-Each measurement runs in a fresh child process so its peak RSS (ru_maxrss from wait4) is its own:
-  barge     JobRunner: plan (ledger) + submit (streamed shards), then ingestion of every result
-  naive     the typical script: build every request in memory, one create, read all results into memory
-Ingestion is also measured on PostgreSQL when a server is available (BENCH_PG_URL).
-Sizes: BENCH_SIZES (default "10000,100000" items of ~2 KB each, so 100k items is ~200 MB of JSONL).
+Both do the same job, each in a fresh child process timed from spawn to exit (interpreter start and imports
+included), peak RSS from wait4's ru_maxrss:
+  barge  `python -m barge.cli run job.yaml --ledger <new SQLite file> --poll P --json`: plan, submit, wait,
+         ingest, results.jsonl / failures.jsonl, provider copies deleted
+  naive  the script people write first: read the input into memory, build every request, one create per
+         provider limit (Anthropic 100,000, OpenAI 50,000 requests), poll every P seconds, read all results
+         into memory through the SDK (Anthropic: its typed results iterator; OpenAI: files.content and json),
+         write results.jsonl in input order
+Target (issue 14 point 5): Barge's time <= 0.8x the naive script's, with a fraction of its memory.
+Sizes: BENCH_ENGINE_N (default 100000 items of ~2 KB, ~200 MB of JSONL); poll interval BENCH_ENGINE_POLL (0.5 s).
+Submission alone is measured by bench_submit.py, ingestion alone by bench_ingest.py.
 """
 
 from __future__ import annotations
@@ -20,9 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from _common import start_emulator
 
+N = int(os.environ.get("BENCH_ENGINE_N", "100000"))
+POLL = float(os.environ.get("BENCH_ENGINE_POLL", "0.5"))
 PAD = "z" * 1900
+MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
+TARGET = 0.8
 
 
 def write_input(path: Path, n: int) -> int:
@@ -32,92 +43,61 @@ def write_input(path: Path, n: int) -> int:
     return path.stat().st_size
 
 
-# --- children -------------------------------------------------------------------------------------------------
-async def child_barge(kind: str, url: str, data: Path, ledger_url: str) -> dict[str, Any]:
-    from barge.api.batchjob import LLMBatchJobSpec
-    from barge.batch import prices
-    from barge.batch.runner import EngineSettings, Job, JobRunner
-    from barge.ledger import Ledger
-    from barge.providers import make_provider
-    from barge.storage import StoragePolicy, read_lines
-
-    model = "claude-sonnet-4-6" if kind == "anthropic" else "gpt-4o-mini"
-    spec = LLMBatchJobSpec.model_validate(
-        {
-            "provider": {"type": kind, "model": model, "secretRef": {"name": "k"}},
-            "input": {"url": str(data)},
-            "output": {"url": str(data.parent / f"out-{kind}")},
-            "request": {"template": "{{ text }}", "maxTokens": 50},
-        }
-    )
-    job = Job(
-        key=f"bench/{kind}/{time.time()}",
-        spec=spec,
-        tenant="b",
-        run_date="2026-11-30",
-        model=model,
-        lines=lambda: read_lines(str(data), StoragePolicy()),
-        storage=StoragePolicy(),
-    )
-    provider = make_provider(kind, "k", base_url=f"{url}/v1" if kind == "openai" else url)
-    runner = JobRunner(job, provider, Ledger(ledger_url), prices.load(), EngineSettings(min_batch_window=0))
-    started = time.perf_counter()
-    snap = await runner.step()  # plan + submit every shard
-    submitted = time.perf_counter() - started
-    ingest = 0.0
-    while not snap.terminal:
-        await asyncio.sleep(0.2)
-        t = time.perf_counter()
-        before = snap.counts["succeeded"]
-        snap = await runner.step()
-        if snap.counts["succeeded"] != before:
-            ingest += time.perf_counter() - t
-    return {
-        "submit_s": submitted,
-        "ingest_s": ingest,
-        "results": snap.counts["succeeded"],
-        "phase": snap.phase,
-        "batches": len(snap.batches),
+def manifest(tmp: Path, kind: str, base: str, data: Path) -> Path:
+    path = tmp / f"job-{kind}.yaml"
+    spec = {
+        "provider": {
+            "type": kind,
+            "model": MODELS[kind],
+            "secretRef": {"name": "k"},
+            "baseURL": f"{base}/v1" if kind == "openai" else base,
+        },
+        "input": {"url": str(data)},
+        "output": {"url": str(tmp / f"out-barge-{kind}")},
+        "successRatio": "0.9",
+        "request": {"template": "{{ text }}", "maxTokens": 50},
     }
+    doc = {"apiVersion": "barge.dev/v1alpha1", "kind": "LLMBatchJob", "metadata": {"name": f"e2e-{kind}"}, "spec": spec}
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
-async def child_naive(kind: str, url: str, data: Path) -> dict[str, Any]:
-    lines = [json.loads(x) for x in data.read_text().splitlines()]
-    started = time.perf_counter()
-    n = 0
+# --- the naive script (a child process) ---------------------------------------------------------------------------
+async def naive(kind: str, base: str, data: Path, out: Path) -> int:
+    items = [json.loads(x) for x in data.read_text().splitlines()]
+    results: dict[str, Any] = {}
     if kind == "anthropic":
         import anthropic
 
-        client = anthropic.AsyncAnthropic(api_key="k", base_url=url)
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=base)
         ids = []
-        for start in range(0, len(lines), 100_000):
+        for start in range(0, len(items), 100_000):
             requests = [
                 {
                     "custom_id": x["id"],
                     "params": {
-                        "model": "claude-sonnet-4-6",
+                        "model": MODELS[kind],
                         "max_tokens": 50,
                         "messages": [{"role": "user", "content": x["text"]}],
                     },
                 }
-                for x in lines[start : start + 100_000]
+                for x in items[start : start + 100_000]
             ]
             ids.append((await client.messages.batches.create(requests=requests)).id)  # type: ignore[arg-type]
-        submitted = time.perf_counter() - started
         for batch_id in ids:
             while (await client.messages.batches.retrieve(batch_id)).processing_status != "ended":
-                await asyncio.sleep(0.2)
-        t = time.perf_counter()
-        results = []
+                await asyncio.sleep(POLL)
         for batch_id in ids:
-            results += [r async for r in await client.messages.batches.results(batch_id)]
-        n = len(results)
+            async for r in await client.messages.batches.results(batch_id):
+                if r.result.type == "succeeded":
+                    text = "".join(b.text for b in r.result.message.content if b.type == "text")
+                    results[r.custom_id] = {"output": text, "usage": r.result.message.usage.model_dump()}
     else:
         import openai
 
-        oclient = openai.AsyncOpenAI(api_key="k", base_url=f"{url}/v1")
+        oclient = openai.AsyncOpenAI(api_key="k", base_url=f"{base}/v1")
         ids = []
-        for start in range(0, len(lines), 50_000):
+        for start in range(0, len(items), 50_000):
             body = "".join(
                 json.dumps(
                     {
@@ -125,89 +105,99 @@ async def child_naive(kind: str, url: str, data: Path) -> dict[str, Any]:
                         "method": "POST",
                         "url": "/v1/chat/completions",
                         "body": {
-                            "model": "gpt-4o-mini",
-                            "max_tokens": 50,
+                            "model": MODELS[kind],
+                            "max_completion_tokens": 50,
                             "messages": [{"role": "user", "content": x["text"]}],
                         },
                     }
                 )
                 + "\n"
-                for x in lines[start : start + 50_000]
+                for x in items[start : start + 50_000]
             ).encode()
             file = await oclient.files.create(file=("in.jsonl", body), purpose="batch")
-            ids.append(
-                (
-                    await oclient.batches.create(
-                        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
-                    )
-                ).id
+            batch = await oclient.batches.create(
+                input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
             )
-        submitted = time.perf_counter() - started
-        outs = []
+            ids.append(batch.id)
         for batch_id in ids:
             while (b := await oclient.batches.retrieve(batch_id)).status != "completed":
-                await asyncio.sleep(0.2)
-            outs.append(b.output_file_id)
-        t = time.perf_counter()
-        results = []
-        for file_id in outs:
-            text = (await oclient.files.content(str(file_id))).text
-            results += [json.loads(x) for x in text.splitlines() if x]
-        n = len(results)
-    return {"submit_s": submitted, "ingest_s": time.perf_counter() - t, "results": n, "phase": "-", "batches": len(ids)}
+                await asyncio.sleep(POLL)
+            text = (await oclient.files.content(str(b.output_file_id))).text
+            for line in text.splitlines():
+                if line:
+                    r = json.loads(line)
+                    body = r["response"]["body"]
+                    results[r["custom_id"]] = {
+                        "output": body["choices"][0]["message"]["content"],
+                        "usage": body["usage"],
+                    }
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "results.jsonl").open("w") as fh:
+        for x in items:
+            if x["id"] in results:
+                fh.write(json.dumps({"id": x["id"], **results[x["id"]]}) + "\n")
+    return len(results)
 
 
-def run_child_rss(*args: str) -> tuple[dict[str, Any], float]:
-    proc = subprocess.Popen([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE, text=True)
+# --- the parent ---------------------------------------------------------------------------------------------------
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str, int]:
+    """(wall seconds, peak RSS MB, stdout, exit code) of a fresh child process."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
-    _, _, usage = os.wait4(proc.pid, 0)
-    proc.returncode = 0
-    return json.loads(out.strip().splitlines()[-1]), usage.ru_maxrss / 1024
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - started, usage.ru_maxrss / 1024, out, proc.returncode
+
+
+def lines_of(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(1 for _ in fh)
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--child"]:
-        mode, kind, url, data = sys.argv[2:6]
-        if mode == "barge":
-            result = asyncio.run(child_barge(kind, url, Path(data), sys.argv[6]))
-        else:
-            result = asyncio.run(child_naive(kind, url, Path(data)))
-        print(json.dumps(result))
+    if sys.argv[1:2] == ["--naive"]:
+        kind, base, data, out = sys.argv[2:6]
+        print(asyncio.run(naive(kind, base, Path(data), Path(out))))
         return
-    sizes = [int(x) for x in os.environ.get("BENCH_SIZES", "10000,100000").split(",")]
-    pg = os.environ.get("BENCH_PG_URL", "")
-    proc, url = start_emulator({"batch": {"processingSeconds": 1}})
+    proc, base = start_emulator({"batch": {"processingSeconds": 1}})
     rows = []
     try:
-        with tempfile.TemporaryDirectory(prefix="barge-bench-") as tmp:
-            for n in sizes:
-                data = Path(tmp) / f"in-{n}.jsonl"
-                size_mb = write_input(data, n) / 1e6
-                for kind in ("anthropic", "openai"):
-                    for who in ("barge", "naive"):
-                        args = [who, kind, url, str(data)]
-                        if who == "barge":
-                            args.append(str(Path(tmp) / f"ledger-{kind}-{n}.db"))
-                        result, rss = run_child_rss(*args)
-                        rows.append((n, size_mb, kind, f"{who} (sqlite)" if who == "barge" else who, result, rss))
-                    if pg:
-                        result, rss = run_child_rss("barge", kind, url, str(data), pg)
-                        rows.append((n, size_mb, kind, "barge (postgresql)", result, rss))
+        with tempfile.TemporaryDirectory(prefix="barge-bench-engine-") as name:
+            tmp = Path(name)
+            data = tmp / "in.jsonl"
+            size_mb = write_input(data, N) / 1e6
+            env = {**os.environ, "BARGE_API_KEY": "k", "BARGE_MIN_BATCH_WINDOW": "0"}
+            for kind in ("anthropic", "openai"):
+                job = manifest(tmp, kind, base, data)
+                cmd = [sys.executable, "-m", "barge.cli", "run", str(job), "--ledger", str(tmp / f"l-{kind}.db")]
+                b_s, b_rss, out, code = timed([*cmd, "--poll", str(POLL), "--json"], env)
+                assert code == 0, out
+                phase = json.loads(out.strip().splitlines()[-1])["phase"]
+                b_results = lines_of(tmp / f"out-barge-{kind}" / "results.jsonl")
+                naive_out = tmp / f"out-naive-{kind}"
+                n_s, n_rss, out, code = timed(
+                    [sys.executable, __file__, "--naive", kind, base, str(data), str(naive_out)], env
+                )
+                assert code == 0, out
+                n_results = lines_of(naive_out / "results.jsonl")
+                rows.append((kind, size_mb, phase, b_results, b_s, b_rss, n_results, n_s, n_rss))
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
-    print("\nBatch engine vs a naive SDK script (barge emulator in its own process; peak RSS of each run)")
+    print(f"\n`barge run` end to end vs a naive in-memory SDK script ({N:,} items, barge emulator, poll {POLL} s)")
     print(
-        "| items | input MB | provider | who | batches | plan+submit s | submit items/s | ingest results/s "
-        "| peak RSS MB |"
+        "| provider | input MB | naive s | naive peak RSS MB | Barge s | Barge peak RSS MB | Barge time / naive time "
+        "| Barge RSS / naive RSS | target | met |"
     )
-    print("| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    for n, size_mb, kind, who, r, rss in rows:
-        ingest = r["results"] / r["ingest_s"] if r["ingest_s"] else 0
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    for kind, size_mb, phase, b_results, b_s, b_rss, n_results, n_s, n_rss in rows:
+        assert b_results == n_results, (kind, phase, b_results, n_results)
+        met = "yes" if b_s <= TARGET * n_s and b_rss < n_rss else "no"
         print(
-            f"| {n:,} | {size_mb:.0f} | {kind} | {who} | {r['batches']} | {r['submit_s']:.1f} "
-            f"| {n / r['submit_s']:,.0f} | {ingest:,.0f} | {rss:,.0f} |"
+            f"| {kind} | {size_mb:.0f} | {n_s:.1f} | {n_rss:,.0f} | {b_s:.1f} | {b_rss:,.0f} | {b_s / n_s:.2f}x "
+            f"| {b_rss / n_rss:.2f} | <= {TARGET}x time, less memory | {met} |"
         )
 
 

@@ -20,6 +20,7 @@ import os
 import signal
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ async def barge(
     """(seconds, item counts, results.jsonl lines): every batch ingested, then the outputs written."""
     policy = StoragePolicy()
 
-    def write_part(name: str, lines: list[bytes]) -> None:  # as JobRunner._write_part
+    def write_part(name: str, lines: Iterable[bytes]) -> None:  # as JobRunner._write_part
         write_lines(join(join(str(out), "parts"), f"{name}.jsonl"), lines, policy)
 
     gc.collect()

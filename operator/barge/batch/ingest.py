@@ -14,7 +14,7 @@ ledger applies it in one sorted pass: every chunk rewrites pages all over the it
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import orjson
@@ -27,7 +27,7 @@ from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result
 from barge.providers.errors import Fatal
 
 CHUNK = 100_000  # rows per transaction: a whole Anthropic batch, two OpenAI ones; ~50 MB at 2 KB outputs
-PartWriter = Callable[[str, list[bytes]], None]
+PartWriter = Callable[[str, Iterable[bytes]], None]
 NO_USAGE = (0, 0, 0, 0)
 
 
@@ -102,9 +102,8 @@ async def ingest(
 
     def commit() -> None:
         ledger.apply_rows(job, chunk, info.id)
-        parts = [_part(r) for r in chunk if r[6] is not None]
-        if parts:
-            write_part(f"{info.id}-{time.time_ns()}", parts)
+        if any(r[6] is not None for r in chunk):  # streamed: a list of 100,000 orjson outputs holds ~4 KB each
+            write_part(f"{info.id}-{time.time_ns()}", (_part(r) for r in chunk if r[6] is not None))
         report.count(chunk)
         chunk.clear()
 

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -377,7 +377,7 @@ class JobRunner:
                 )
                 report_events(info, report, self.on_event)
 
-    def _write_part(self, name: str, lines: list[bytes]) -> None:
+    def _write_part(self, name: str, lines: Iterable[bytes]) -> None:
         """Copy results as they arrive (provider results expire after 14-30 days)."""
         write_lines(join(join(self.job.spec.output.url, "parts"), f"{name}.jsonl"), lines, self.job.storage)
 
