@@ -45,9 +45,12 @@ class Report:
 
 def _row(result: Result, attempts: int, max_attempts: int) -> Row:
     """The ledger row `result` makes of its item (routing.route decides the state; results keep their text)."""
+    u = result.usage
+    if result.outcome is Outcome.SUCCEEDED:  # route's first rule, without an ItemUpdate per result: the hot path
+        usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
+        return (result.custom_id, "succeeded", "", "", attempts + 1, "batch", result.text, *usage)
     change = route(result, attempts, max_attempts)
-    if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
-        u = result.usage
+    if result.outcome is Outcome.REFUSED:
         usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
         return (
             change.custom_id,
