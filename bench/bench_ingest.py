@@ -4,7 +4,8 @@
          orjson, nothing stored: what any reader of the results must pay
   barge  what a step runs for an ended batch, `batch.ingest.ingest` (the SDK's raw stream parsed by the provider,
          routing, bulk ledger writes, parts/), then `batch.outputs.write_outputs` (results.jsonl, failures.jsonl);
-         on SQLite (a file) and on a real PostgreSQL server started for the run (Debian's, default settings)
+         on SQLite (a file) and on a real PostgreSQL server started for the run (Debian's, fsync on; BENCH_PG_URL
+         names another)
 Setup, not timed: the batches are created through Barge's provider (OpenAI: 50,000 requests per batch, its limit)
 and their items are put in the ledger as `submitted`, as submission leaves them; 1% of the requests come back
 invalid, so failures.jsonl is written too. The emulator's results file is served once before timing (its first
@@ -26,7 +27,7 @@ from typing import Any
 
 import httpx2 as httpx
 import orjson
-from _common import start_emulator, start_postgres
+from _common import postgres_server, start_emulator
 
 from barge.batch.ingest import ingest
 from barge.batch.outputs import write_outputs
@@ -147,7 +148,7 @@ def main() -> None:
     proc, base = start_emulator({"batch": {"processingSeconds": 1, "outcomes": {"invalid_request": 0.01}}})
     rows: list[dict[str, Any]] = []
     try:
-        with start_postgres() as pg_url, tempfile.TemporaryDirectory(prefix="barge-bench-ingest-") as tmp:
+        with postgres_server() as pg_url, tempfile.TemporaryDirectory(prefix="barge-bench-ingest-") as tmp:
             for kind in ("anthropic", "openai"):
                 rows += asyncio.run(run(kind, base, pg_url, Path(tmp)))
     finally:
