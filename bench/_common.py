@@ -18,11 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 from tools import pgserver
 
 
-def start_emulator(profile: dict[str, Any]) -> tuple[subprocess.Popen[str], str]:
+def start_emulator(profile: dict[str, Any], *args: str) -> tuple[subprocess.Popen[str], str]:
+    """`args` are more options of `barge emulator` (e.g. `--vllm MODEL`)."""
     path = Path(tempfile.mkdtemp(prefix="barge-bench-")) / "profile.yaml"
     path.write_text(yaml.safe_dump(profile))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "barge.cli", "emulator", "--port", "0", "--profile", str(path)],
+        [sys.executable, "-m", "barge.cli", "emulator", "--port", "0", "--profile", str(path), *args],
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -52,6 +52,8 @@ class RateLimiter:
     async def acquire(self, tokens: int) -> None:
         # A request larger than the bucket waits for a full bucket and leaves it in debt, so the long-run rate
         # stays exact and one huge request never waits forever.
+        if not self.rpm and not self.tpm and self._paused_until <= self.clock():
+            return  # unlimited and not paused: nothing to wait for (the common case of an engine pool)
         need = min(tokens, self.tpm * self._burst) if self.tpm else 0
         async with self._lock:
             while True:

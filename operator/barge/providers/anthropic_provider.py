@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 import anthropic
+import httpx2
 import orjson
 from anthropic.types.messages import MessageBatch
 
@@ -80,8 +81,11 @@ class AnthropicProvider:
     max_requests = 100_000
     max_bytes = 256 * 1024 * 1024 - 1024  # room for the {"requests":[...]} wrapper
 
-    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
+    def __init__(self, client: anthropic.AsyncAnthropic, *, aiohttp_sync: bool = False) -> None:
+        """`aiohttp_sync`: synchronous calls go through a copy of the client on the SDK's aiohttp transport."""
         self.client = client
+        self._aiohttp_sync = aiohttp_sync
+        self._sync: anthropic.AsyncAnthropic | None = None
         self._create_client = client.with_options(max_retries=0)
 
     def encode(self, request: Request) -> bytes:
@@ -159,12 +163,23 @@ class AnthropicProvider:
             raise from_sdk(exc, anthropic) from exc
         return 1
 
+    @property
+    def _sync_client(self) -> anthropic.AsyncAnthropic:
+        """The client of synchronous calls, made at the first one (most jobs never make any)."""
+        if self._sync is None:
+            aiohttp = anthropic.DefaultAioHttpClient() if self._aiohttp_sync else None
+            self._sync = self.client.with_options(http_client=aiohttp) if aiohttp is not None else self.client
+        return self._sync
+
     async def complete(self, request: Request) -> Result:
+        # As OpenAIProvider.complete: the SDK's low-level post, without its params transform and response model.
         try:
-            message = await self.client.messages.create(**params(request))
+            response = await self._sync_client.post("/v1/messages", body=params(request), cast_to=httpx2.Response)
         except anthropic.APIError as exc:
             return sync_failure(request.custom_id, from_sdk(exc, anthropic), exc)
-        return _message_result(request.custom_id, message.model_dump())
+        return _message_result(request.custom_id, orjson.loads(response.content))
 
     async def close(self) -> None:
+        if self._sync is not None and self._sync is not self.client:
+            await self._sync.close()
         await self.client.close()

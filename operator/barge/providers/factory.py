@@ -28,7 +28,9 @@ def make_provider(
 ) -> BatchProvider:
     """`base_url` is handed to the SDK unchanged (for Azure it is the endpoint). Batch creates never retry;
     `sync_retries` applies to reads and to synchronous calls. With `guard(host, address)` (operator mode) every
-    connection is checked against the endpoint policy and redirects are not followed."""
+    connection is checked against the endpoint policy and redirects are not followed. Without one (engine pools,
+    local runs) synchronous calls use the SDK's aiohttp transport: at 64 calls in flight it costs half the CPU per
+    call of the default httpx one (bench/bench_sync.py); the guard is an httpx transport, so guarded calls keep it."""
     # Each SDK is imported only when its provider is used: the anthropic SDK alone costs ~90 MB of RSS.
     if kind == "anthropic":
         import anthropic
@@ -42,7 +44,8 @@ def make_provider(
                 timeout=timeout,
                 max_retries=sync_retries,
                 http_client=_http_client(anthropic, guard),
-            )
+            ),
+            aiohttp_sync=guard is None,
         )
     import openai
 
@@ -56,7 +59,8 @@ def make_provider(
                 timeout=timeout,
                 max_retries=sync_retries,
                 http_client=_http_client(openai, guard),
-            )
+            ),
+            aiohttp_sync=guard is None,
         )
     if kind == "azure-openai":
         if not base_url:
@@ -71,5 +75,6 @@ def make_provider(
                 http_client=_http_client(openai, guard),
             ),
             azure=True,
+            aiohttp_sync=guard is None,
         )
     raise ValueError(f"unknown provider type {kind!r}: expected anthropic, openai or azure-openai")
