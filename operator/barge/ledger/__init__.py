@@ -64,6 +64,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # Statement journals in memory: a write that fires the item-count triggers (ledger/summary.py) needs one per
     # statement, and in a temporary file it cost 13 us per row (three times an insert's own cost).
     cursor.execute("PRAGMA temp_store=MEMORY")
+    cursor.execute("PRAGMA recursive_triggers=ON")  # rows an INSERT OR REPLACE deletes leave the counts too
     cursor.close()
 
 
