@@ -17,7 +17,7 @@ import orjson
 from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
-from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, flatten
+from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
 from barge.providers.encoding import anthropic_params as params
 from barge.providers.encoding import encode_anthropic
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
@@ -167,8 +167,7 @@ class AnthropicProvider:
     def _sync_client(self) -> anthropic.AsyncAnthropic:
         """The client of synchronous calls, made at the first one (most jobs never make any)."""
         if self._sync is None:
-            aiohttp = anthropic.DefaultAioHttpClient() if self._aiohttp_sync else None
-            self._sync = self.client.with_options(http_client=aiohttp) if aiohttp is not None else self.client
+            self._sync = aiohttp_copy(self.client, anthropic) if self._aiohttp_sync else self.client
         return self._sync
 
     async def complete(self, request: Request) -> Result:

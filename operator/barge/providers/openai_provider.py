@@ -18,7 +18,7 @@ import orjson
 from openai.types import Batch
 
 from barge.providers import jsonl
-from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, flatten
+from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
 from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
@@ -195,8 +195,7 @@ class OpenAIProvider:
     def _sync_client(self) -> openai.AsyncOpenAI:
         """The client of synchronous calls, made at the first one (most jobs never make any)."""
         if self._sync is None:
-            aiohttp = openai.DefaultAioHttpClient() if self._aiohttp_sync else None
-            self._sync = self.client.with_options(http_client=aiohttp) if aiohttp is not None else self.client
+            self._sync = aiohttp_copy(self.client, openai) if self._aiohttp_sync else self.client
         return self._sync
 
     async def complete(self, request: Request) -> Result:
