@@ -12,8 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from barge.config import OperatorConfig
 from barge.ledger import ItemUpdate, Ledger, summary
 from barge.ledger.lifetime import drop_texts, forget_job, keep
+from barge.operator.purge import purge_once
 
 COLUMNS = ", ".join(summary.COUNTED[1:])
 
@@ -33,8 +35,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def counted(ledger: Ledger) -> list[tuple[Any, ...]]:
-    with ledger.engine.begin() as conn:
-        summary.fold(conn, ledger.postgres)
+    ledger.fold_counts()
     rows = ledger._rows(f"SELECT job, state, via, n, {COLUMNS} FROM item_counts ORDER BY job, state, via", ())  # noqa: S608
     return [tuple(int(x) if i > 2 else x for i, x in enumerate(r)) for r in rows if any(r[3:])]
 
@@ -178,3 +179,16 @@ def test_a_ledger_without_counts_is_counted_once_when_opened(url: str) -> None:
     check(reopened)
     Ledger(url).close()  # opened again: nothing recounted, nothing lost
     check(reopened)
+
+
+def test_the_purge_timer_folds_the_deltas_where_nothing_scrapes(url: str) -> None:
+    ledger = Ledger(url)
+    ledger.ensure_job("ns/a/1", "h", tenant="team-a", model="m1")
+    plan(ledger, "ns/a/1", 50)
+    if ledger.postgres:
+        assert ledger._rows("SELECT COUNT(*) FROM item_count_deltas", ())[0][0] > 0
+    purge_once(OperatorConfig(), ledger, 1.0)
+    if ledger.postgres:
+        assert ledger._rows("SELECT COUNT(*) FROM item_count_deltas", ())[0][0] == 0
+    rows = ledger._rows(f"SELECT job, state, via, n, {COLUMNS} FROM item_counts WHERE n <> 0", ())  # noqa: S608
+    assert [tuple(int(x) if i > 2 else x for i, x in enumerate(r)) for r in rows] == scanned(ledger)

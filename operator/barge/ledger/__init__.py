@@ -397,13 +397,18 @@ class Ledger:
         return tuple(int(x) for x in batch), tuple(int(x) for x in sync)
 
     # --- metrics (aggregates over every job, for Prometheus) ------------------------------------------------------
+    def fold_counts(self) -> None:
+        """PostgreSQL: fold the item-count deltas the triggers appended into `item_counts` (ledger/summary.py).
+        Each scrape does, and the purge timer, so that they stay few where nothing scrapes."""
+        if self.postgres:
+            with self.engine.begin() as conn:
+                summary.fold(conn, self.postgres)
+
     def metric_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Item counts and sync usage come from `item_counts` (ledger/summary.py), never from a scan of the items."""
         usage = ", ".join(f"COALESCE(SUM(x.{c}), 0)" for c in USAGE)
         counted = ", ".join(f"CAST(SUM(x.{c}) AS BIGINT)" for c in USAGE)  # PostgreSQL's SUM(bigint) is numeric
-        if self.postgres:
-            with self.engine.begin() as conn:
-                summary.fold(conn, self.postgres)
+        self.fold_counts()
         return {
             "items": self._rows(
                 "SELECT j.tenant, j.model, c.state, CAST(SUM(c.n) AS BIGINT) FROM item_counts c "

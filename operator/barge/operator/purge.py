@@ -27,6 +27,7 @@ def purge_once(config: OperatorConfig, ledger: Ledger, now: float) -> tuple[int,
     """(payload rows, outputs) dropped now."""
     older = config.ledger_purge_older_than
     before = now - lifetime.seconds(older) if older else None
+    ledger.fold_counts()  # where nothing scrapes /metrics, the item-count deltas still get folded
     return lifetime.drop_texts(ledger, now, finished_before=before)
 
 
