@@ -13,8 +13,8 @@ The two dialects keep it differently, because of what a hot row costs each:
   open cannot be pruned: one count row updated once per item in a 5,000-item transaction made ingestion five
   times slower. So a statement trigger appends, per statement, the net change it made (from its transition
   tables) to `item_count_deltas`, which has no index and is never updated; each scrape and the purge
-  timer fold the deltas into `item_counts` (`fold`), which is exact under concurrent writers and concurrent folds (each delta row is
-  deleted, and so counted, once).
+  timer fold the deltas into `item_counts` (`fold`), which is exact under concurrent writers and concurrent
+  folds (each delta row is deleted, and so counted, once).
 
 A ledger written before this existed gets the table filled from a GROUP BY once, when it is first opened
 (`install`, under a lock, so that no write can fall between the count and the triggers).
