@@ -58,6 +58,12 @@ class OperatorConfig:
     """Requests per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_REQUESTS)."""
     max_shard_bytes: int = 0
     """Encoded bytes per batch at most; 0 = the provider's limit (BARGE_MAX_SHARD_BYTES)."""
+    admission_gather_seconds: float = 5.0
+    """On a provider pool with a batch quota, a job waits this long in the admission queue before it may be
+    admitted (BARGE_ADMISSION_GATHER_SECONDS), so jobs created together are ordered by priority and fair share."""
+    admission_backoff_seconds: float = 60.0
+    """First wait after a token_limit_exceeded answer, doubled with each one in a row up to 30 min
+    (BARGE_ADMISSION_BACKOFF_SECONDS)."""
     planner_memory_mb: int = 256
     """Address space of each job's planner process, which renders the templates (BARGE_PLANNER_MEMORY_MB)."""
     delete_provider_copies: bool = True
@@ -104,6 +110,10 @@ class OperatorConfig:
             "max_shard_requests": int(env.get("BARGE_MAX_SHARD_REQUESTS", cls.max_shard_requests)),
             "max_shard_bytes": int(env.get("BARGE_MAX_SHARD_BYTES", cls.max_shard_bytes)),
             "planner_memory_mb": int(env.get("BARGE_PLANNER_MEMORY_MB", cls.planner_memory_mb)),
+            "admission_gather_seconds": float(env.get("BARGE_ADMISSION_GATHER_SECONDS", cls.admission_gather_seconds)),
+            "admission_backoff_seconds": float(
+                env.get("BARGE_ADMISSION_BACKOFF_SECONDS", cls.admission_backoff_seconds)
+            ),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
             "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),

@@ -169,7 +169,12 @@ def test_provider_pool_is_ready_with_its_secret(cluster: Cluster, namespace: str
     wait_for(lambda: condition(cluster, namespace, "azure-mini", "Ready").get("status") == "True", 60, "Ready")
     st = pool_status(cluster, namespace, "azure-mini")
     assert st["endpoint"] == "https://contoso-batch.openai.azure.com"
-    assert st["quota"] == {"tokensPerMinute": 200000, "requestsPerMinute": 1000}
+    assert st["quota"] == {
+        "tokensPerMinute": 200000,
+        "requestsPerMinute": 1000,
+        "enqueuedTokens": 0,  # no batch quota declared: jobs on it are not queued
+        "maxLiveBatches": 0,
+    }
     assert children(cluster, namespace) == {}
 
 

@@ -42,7 +42,7 @@ CUSTOM_ID_TEMPLATE = r"^([^{}]|\{(" + "|".join(CUSTOM_ID_FIELDS) + r")\})*$"
 RESERVED_PARAMS = ("model", "max_tokens", "max_completion_tokens", "messages", "system", "custom_id", "n", "stream")
 
 #: Spec fields that may change after creation; everything else is fixed like a Job's pod template.
-MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget", "retention")
+MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget", "retention", "priority")
 IMMUTABLE_SPEC_FIELDS = (
     "tenant",
     "provider",
@@ -284,7 +284,7 @@ class RetentionSpec(Model):
 
 class LLMBatchJobSpec(Model):
     """Desired state of an LLMBatchJob. Immutable after creation except suspend, deadline, successRatio, budget,
-    retention."""
+    retention, priority."""
 
     model_config = ConfigDict(json_schema_extra=validations(*(_immutable(f) for f in IMMUTABLE_SPEC_FIELDS)))
 
@@ -294,6 +294,13 @@ class LLMBatchJobSpec(Model):
         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
         description="Metering key for cost: the namespace's tenant (label barge.dev/tenant, else the namespace "
         "name), set by the admin; when given it must repeat that, or the job is not admitted.",
+    )
+    priority: int = Field(
+        0,
+        ge=-1000,
+        le=1000,
+        description="Admission order on a provider pool with a batch quota (spec.quota.enqueuedTokens or "
+        "maxLiveBatches): higher first; at equal priority tenants take turns, then the oldest job goes first.",
     )
     provider: ProviderSpec = Field(description="Where the requests go.")
     input: InputSpec = Field(description="Where the items come from.")

@@ -125,6 +125,19 @@ class Quota(Model):
 
     tokens_per_minute: int = Field(0, ge=0, description="Tokens per minute.")
     requests_per_minute: int = Field(0, ge=0, description="Requests per minute.")
+    enqueued_tokens: int = Field(
+        0,
+        ge=0,
+        description="Provider pools: the deployment's batch quota of prompt tokens in live batches (Azure Global "
+        "Batch enqueued tokens). Jobs on the pool are admitted while their estimated tokens fit what is left, and "
+        "otherwise wait in phase Queued (Admitted=False, QuotaExhausted); pools naming the same deployment share it.",
+    )
+    max_live_batches: int = Field(
+        0,
+        ge=0,
+        description="Provider pools: batches the deployment may have in flight at once, for the jobs of every pool "
+        "on it.",
+    )
 
 
 class QueueSpec(Model):
@@ -212,7 +225,15 @@ class InferencePoolSpec(Model):
             cel(
                 "has(self.engine) != has(self.provider)",
                 "exactly one of spec.engine and spec.provider must be set",
-            )
+            ),
+            cel(
+                "!has(self.engine) || !has(self.quota) || "
+                "((!has(self.quota.enqueuedTokens) || self.quota.enqueuedTokens == 0) && "
+                "(!has(self.quota.maxLiveBatches) || self.quota.maxLiveBatches == 0))",
+                "spec.quota.enqueuedTokens and maxLiveBatches are a provider deployment's batch quota: an engine pool "
+                "has no batch API",
+                field_path=".quota",
+            ),
         )
     )
 
@@ -232,6 +253,11 @@ class InferencePoolSpec(Model):
     def _one_kind(self) -> InferencePoolSpec:
         if (self.engine is None) == (self.provider is None):
             raise ValueError("exactly one of spec.engine and spec.provider must be set")
+        if self.engine is not None and (self.quota.enqueued_tokens or self.quota.max_live_batches):
+            raise ValueError(
+                "spec.quota.enqueuedTokens and maxLiveBatches are a provider deployment's batch quota: an engine pool "
+                "has no batch API"
+            )
         return self
 
 

@@ -10,12 +10,16 @@
 |            | deadline is near), else failed                                     |
 | canceled   | pending again without spending an attempt (Barge cancelled it:     |
 |            | suspend or the deadline cut-off)                                   |
+| quota      | (a transient `token_limit_exceeded`: the deployment's enqueued-    |
+|            | token quota was full) pending again without spending an attempt;   |
+|            | the submitter backs off (batch/admission_queue.py)                 |
 | missing    | (asked for, absent from the results) as transient                  |
 | fatal      | the whole job stops (authentication, permission, billing)          |
 """
 
 from __future__ import annotations
 
+from barge.batch.admission_queue import TOKEN_LIMIT
 from barge.ledger import ItemUpdate
 from barge.providers.base import Outcome, Result
 
@@ -40,6 +44,14 @@ def route(result: Result, attempts: int, max_attempts: int, via: str = "batch") 
     if result.outcome is Outcome.CANCELED:
         return ItemUpdate(
             result.custom_id, "pending", result.error_type or "canceled", "batch cancelled by Barge", attempts=attempts
+        )
+    if result.outcome is Outcome.TRANSIENT and result.error_type == TOKEN_LIMIT:
+        return ItemUpdate(
+            result.custom_id,
+            "pending",
+            TOKEN_LIMIT,
+            "the deployment's enqueued-token quota was full: resubmitted without spending an attempt",
+            attempts=attempts,
         )
     used = attempts + 1
     reason = result.message or result.outcome.value

@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
 from barge.api.common import ModelPrice
-from barge.batch import adoption, budget, failpoints, plan, planner, prices, retention
+from barge.batch import admission_queue, adoption, budget, failpoints, plan, planner, prices, retention
 from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
 from barge.batch.ingest import give_up, ingest, report_events
@@ -110,6 +110,7 @@ class JobRunner:
         sync_limits: tuple[int, int, int] | None = None,
         guard: asyncio.Lock | None = None,
         halted: Callable[[], bool] = lambda: False,
+        admission: admission_queue.Gate | None = None,
     ) -> None:
         self.job = job
         self.provider = provider
@@ -130,6 +131,8 @@ class JobRunner:
         self.halted = halted
         self._inflight: asyncio.Future[bool] | None = None
         """True once the job is being deleted: no new batch is created."""
+        self.admission: admission_queue.Gate = admission or admission_queue.LocalGate()
+        """Asked before batches are created: the deployment's batch quota and the token_limit_exceeded backoff."""
 
     # --- the step ---------------------------------------------------------------------------------------------
     async def step(self) -> Snapshot:
@@ -237,18 +240,22 @@ class JobRunner:
         for _, cid, payload in self.ledger.iter_items(self.job.key, "custom_id, payload", ("submitting",), shard=shard):
             yield self.encode_line(cid, payload)
 
-    def _shards(self) -> Iterator[tuple[int, int, int, int]]:
-        """(first line, last line, count, max attempts so far) of each shard of the pending items, cut by count
-        and by encoded bytes (the same `plan.shards` that `barge plan` shows)."""
+    def _shards(self) -> Iterator[tuple[int, int, int, int, int]]:
+        """(first line, last line, count, max attempts so far, estimated tokens) of each shard of the pending items,
+        cut by count and by encoded bytes (the same `plan.shards` that `barge plan` shows), and on a deployment with
+        a batch quota by estimated tokens, so that every shard of a job over the quota fits it."""
         limit = min(self.provider.max_requests, self.settings.max_shard_requests or self.provider.max_requests)
         max_bytes = min(self.provider.max_bytes, self.settings.max_shard_bytes or self.provider.max_bytes)
         self._measure_unsized()
         rows = (
-            ((line, tries), size)
-            for line, size, tries in self.ledger.iter_items(self.job.key, "size, attempts", ("pending",))
+            ((line, tries, tokens), size)
+            for line, size, tries, tokens in self.ledger.iter_items(
+                self.job.key, "size, attempts, est_tokens", ("pending",)
+            )
         )
         for shard in plan.shards(rows, limit, max_bytes):
-            yield shard[0][0], shard[-1][0], len(shard), max(tries for _, tries in shard)
+            for part in admission_queue.cut(shard, lambda row: int(row[2]), self.admission.max_shard_tokens):
+                yield part[0][0], part[-1][0], len(part), max(r[1] for r in part), sum(int(r[2]) for r in part)
 
     def _measure_unsized(self) -> None:
         """Items planned before sizes were recorded (size 0) are measured once, so no shard is cut blind."""
@@ -263,12 +270,14 @@ class JobRunner:
     async def _submit(self) -> None:
         if not self.budget.within(self.on_event):
             return
-        for first, last, count, tries in list(self._shards()):
-            # Shielded: a daemon cancelled mid-create (the job is being deleted) still records what it created,
-            # and holds the guard until then, so the delete handler sees and cancels that batch too.
-            self._inflight = asyncio.ensure_future(self._create(first, last, count, tries))
-            if not await asyncio.shield(self._inflight):
-                return
+        shards = list(self._shards())
+        async with self.admission.turn([s[4] for s in shards]) as admitted:  # the deployment's batch quota
+            for first, last, count, tries, _ in shards[:admitted]:
+                # Shielded: a daemon cancelled mid-create (the job is being deleted) still records what it created,
+                # and holds the guard until then, so the delete handler sees and cancels that batch too.
+                self._inflight = asyncio.ensure_future(self._create(first, last, count, tries))
+                if not await asyncio.shield(self._inflight):
+                    return
 
     async def settle(self) -> None:
         """Wait for a create the caller stopped waiting for (it was cancelled): the provider must stay open
@@ -293,6 +302,8 @@ class JobRunner:
                     output_expires_after=self._retention()[1] * retention.DAY,
                 )
             except Transient as exc:
+                if exc.error_type == admission_queue.TOKEN_LIMIT:
+                    self.admission.batch_ended(True)
                 # The create may still have landed (a 500 after accept): the next step adopts or releases.
                 self.on_event(
                     "CreateUncertain", f"shard {shard}: {exc.message}; reconciling before retrying", "Warning"
@@ -374,6 +385,9 @@ class JobRunner:
                     self.job.spec.retry.max_attempts,
                     self._write_part,
                     self.clock,
+                )
+                self.admission.batch_ended(  # after ingestion: the quota it held is free in the ledger now
+                    bool(info.errors) and str(info.errors[0].get("code")) == admission_queue.TOKEN_LIMIT
                 )
                 report_events(info, report, self.on_event)
 

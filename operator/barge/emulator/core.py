@@ -302,6 +302,8 @@ class Store:
                     "created_at": b.created_at,
                     "archived": b.archived,
                     "custom_ids": [i.custom_id for i in b.items],
+                    "input_tokens": sum(i.input_tokens for i in b.items),
+                    "errors": [str(e.get("code")) for e in b.validation_errors],
                     "output_expires_after": b.output_expires_after,
                 }
                 for b in self.batches.values()

@@ -385,7 +385,11 @@ async def create_batch(request: web.Request) -> web.Response:
         enqueued = sum(
             i.input_tokens
             for b in store.batches.values()
-            if b.provider == "azure" and not b.ended(now) and b.items and b.items[0].model == deployment
+            if b.provider == "azure"
+            and not b.validation_errors  # a batch refused at validation holds no quota
+            and not b.ended(now)
+            and b.items
+            and b.items[0].model == deployment
             for i in b.items
         )
         if enqueued + sum(i.input_tokens for i in items) > limit:

@@ -28,6 +28,8 @@ jobs = Table(
     # when the job's rendered payloads and model outputs may be dropped (set when it ends; see ledger/lifetime.py)
     Column("payloads_until", Float),
     Column("outputs_until", Float),
+    # the provider deployment whose batch quota the job's batches count against (ledger/quota.py); NULL: none yet
+    Column("quota_key", String(64)),
 )
 
 #: Item states: pending -> submitting (in an open intent) -> submitted (in a batch) -> a terminal state,
@@ -133,4 +135,5 @@ ADDED_COLUMNS = (
     ("batches", "cleanup", "VARCHAR(8) NOT NULL DEFAULT 'legacy'"),
     ("jobs", "payloads_until", "FLOAT"),
     ("jobs", "outputs_until", "FLOAT"),
+    ("jobs", "quota_key", "VARCHAR(64)"),
 )

@@ -27,6 +27,7 @@ from barge.api.batchjob import TERMINAL_PHASES, LLMBatchJobSpec
 from barge.api.common import ModelPrice
 from barge.api.pool import InferencePool
 from barge.batch import faults, prices
+from barge.batch.admission_queue import BatchQuota
 from barge.batch.bounded import bound
 from barge.batch.planner import PlanLimits
 from barge.batch.runner import EngineSettings, Job, JobRunner
@@ -36,6 +37,7 @@ from barge.k8s import schedule
 from barge.k8s.pool import endpoint
 from barge.ledger import Ledger, lifetime
 from barge.operator import admission, faultstatus, metrics, pools
+from barge.operator import quota as quota_
 from barge.operator import status as status_
 from barge.operator.cache import Clients, ClientSpec, Watched
 from barge.operator.engine import Engine
@@ -73,6 +75,8 @@ class Context:
     """InferencePools as the watch delivers them (read by job steps instead of a GET per poll)."""
     lags: dict[str, Lag] = field(default_factory=lambda: {"main": Lag()})
     """Event-loop lag per loop: Kopf's (`main`) and the engine loops (barge_event_loop_lag_seconds)."""
+    queues: quota_.Queues = field(default_factory=quota_.Queues)
+    """Per provider deployment, the jobs waiting for its batch quota (operator/quota.py)."""
     _engine: Engine | None = None
 
     def guard(self, key: str) -> asyncio.Lock:
@@ -198,6 +202,8 @@ class Target:
     tokens_per_minute: int = 0
     price: ModelPrice | None = None
     """A provider pool's spec.provider.price."""
+    deployment: quota_.Where | None = None
+    """The provider deployment its batches count against, with a pool's batch quota (operator/quota.py)."""
 
 
 async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec, *, fresh: bool = False) -> Target:
@@ -211,6 +217,7 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec, *, fre
         return Target(
             ClientSpec(spec.provider.type, secret, spec.provider.base_url, spec.provider.api_version),
             spec.provider.model,
+            deployment=quota_.where(spec.provider.type, spec.provider.base_url, spec.provider.model),
         )
     name = spec.provider.pool_ref.name if spec.provider.pool_ref else ""
     body = None if fresh else ctx.pools.get(namespace, name)
@@ -230,6 +237,13 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec, *, fre
             ClientSpec(provider.type, secret, provider.base_url, provider.api_version),
             pool.spec.provider.model,
             price=pool.spec.provider.price,
+            deployment=quota_.where(
+                provider.type,
+                provider.base_url,
+                provider.model,
+                BatchQuota(quota.enqueued_tokens, quota.max_live_batches),
+                name,
+            ),
         )
     engine = pool.spec.engine
     assert engine is not None
@@ -346,6 +360,7 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             continue
         failures = 0
         new = faultstatus.recovered(status_.from_snapshot(snap, current, generation), generation)
+        new = quota_.queued_status(new, current, snap, generation)  # held by its deployment's batch quota
         if snap.extra.get("ledger_mismatch"):  # the status is then the only record of those batches: keep it
             new = {k: new[k] for k in ("phase", "observedGeneration", "conditions", "message")}
         current = await _write(ctx, meta, current, new)
@@ -362,6 +377,7 @@ async def _step(
     admitted = await admission.admit(ctx.kube, ctx.config.policy, meta["namespace"], spec)
     target = await target_for(ctx, meta["namespace"], spec)
     job = await build_job(ctx, meta, spec, target.model, admitted, status, target.price)
+    gate = _gate(ctx, meta, spec, job, target)
 
     async def step(clients: Clients) -> Snapshot:
         async with clients.lease(target.provider) as provider:
@@ -376,13 +392,37 @@ async def _step(
                 sync_limits=(target.concurrency, target.requests_per_minute, target.tokens_per_minute),
                 guard=ctx.guard(job.key),
                 halted=lambda: job.key in ctx.deleting,
+                admission=gate,
             )
             try:
-                return await runner.step()
+                snap = await runner.step()
             finally:
                 await runner.settle()  # a create in flight is recorded before the client may close
+            if gate is not None:
+                gate.done(snap)
+            return snap
 
     return await ctx.engine.call(job.key, step)
+
+
+def _gate(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, job: Job, target: Target) -> quota_.JobGate | None:
+    """The job's place in its deployment's admission queue (batch quota, token_limit_exceeded backoff)."""
+    if target.deployment is None or target.sync_only:
+        return None
+    created = datetime.fromisoformat(str(meta.get("creationTimestamp") or datetime.now(UTC).isoformat()))
+    return ctx.queues.gate(
+        ctx.ledger,
+        job.key,
+        tenant=job.tenant,
+        priority=spec.priority,
+        created=created.timestamp(),
+        namespace=meta["namespace"],
+        at=target.deployment,
+        gather=ctx.config.admission_gather_seconds,
+        backoff=ctx.config.admission_backoff_seconds,
+        ttl=quota_.queue_ttl(ctx.config.poll_seconds),
+        halted=lambda: job.key in ctx.deleting,
+    )
 
 
 async def _ledger_row(ctx: Context, key: str) -> dict[str, Any] | None:
@@ -435,6 +475,7 @@ async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
     meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}
     key = job_key(meta)
     ctx.deleting.add(key)
+    ctx.queues.leave(key)
     kopf_loop = asyncio.get_running_loop()
 
     async def resolve() -> Target:  # on Kopf's loop (the API client's), read fresh: no Secret from a cache

@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.k8s.pool import PENDING_METRIC
+from barge.operator import quota
 from barge.operator.looplag import LagCollector
 from barge.providers.base import Usage
 
@@ -429,6 +430,7 @@ async def start_server(ctx: Context, port: int) -> web.AppRunner:
     registry = CollectorRegistry()
     registry.register(BargeCollector(ctx))
     registry.register(LagCollector(ctx.lags))
+    registry.register(quota.AdmissionCollector(ctx.queues, quota.queue_ttl(ctx.config.poll_seconds)))
 
     async def metrics(_: web.Request) -> web.Response:
         # The ledger is read in a thread: a scrape never holds the event loop the job daemons run on.
