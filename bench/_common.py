@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -43,3 +44,11 @@ def postgres_server() -> Iterator[str]:
         return
     with pgserver.postgres() as url:
         yield url
+
+
+def write_input(path: Path, n: int, pad: str = "z" * 1900) -> int:
+    """N items of ~2 KB, `{"id": "i<n>", "text": "item <n> zzz..."}` per line; returns the file's size."""
+    with path.open("wb") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"i{i}", "text": f"item {i} {pad}"}).encode() + b"\n")
+    return path.stat().st_size

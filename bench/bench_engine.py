@@ -27,20 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import start_emulator
+from _common import start_emulator, write_input
 
 N = int(os.environ.get("BENCH_ENGINE_N", "100000"))
 POLL = float(os.environ.get("BENCH_ENGINE_POLL", "0.5"))
-PAD = "z" * 1900
 MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
 TARGET = 0.8
-
-
-def write_input(path: Path, n: int) -> int:
-    with path.open("wb") as fh:
-        for i in range(n):
-            fh.write(json.dumps({"id": f"i{i}", "text": f"item {i} {PAD}"}).encode() + b"\n")
-    return path.stat().st_size
 
 
 def manifest(tmp: Path, kind: str, base: str, data: Path) -> Path:

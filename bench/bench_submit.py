@@ -26,19 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import start_emulator
+from _common import start_emulator, write_input
 
-PAD = "z" * 1900
 MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
 SHARD = {"anthropic": 100_000, "openai": 50_000}  # the providers' request limits (bytes stay under theirs here)
 MAX_TOKENS = 50
-
-
-def write_input(path: Path, n: int) -> int:
-    with path.open("wb") as fh:
-        for i in range(n):
-            fh.write(json.dumps({"id": f"i{i}", "text": f"item {i} {PAD}"}).encode() + b"\n")
-    return path.stat().st_size
 
 
 def _spec(kind: str, data: Path) -> dict[str, Any]:
