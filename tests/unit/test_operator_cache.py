@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from barge.operator.cache import Clients, ClientSpec, TTLCache, Watched
-from barge.operator.engine import Engine
+from barge.operator.engine import Engine, EngineLoop
 from barge.operator.jobs import client_builder
 from barge.operator.kube import NotFound
 from barge.policy import Policy
@@ -132,14 +132,14 @@ async def test_engine_runs_work_on_its_own_thread_in_the_callers_context() -> No
     try:
         TENANT.set("acme")
 
-        async def work(clients: Clients) -> tuple[int, str, bool]:
-            return threading.get_ident(), TENANT.get(), clients is engine.loop_for("ns/job/uid").clients
+        async def work(loop: EngineLoop) -> tuple[int, str, bool]:
+            return threading.get_ident(), TENANT.get(), loop is engine.loop_for("ns/job/uid")
 
         ident, tenant, own = await engine.call("ns/job/uid", work)
         assert (ident != threading.get_ident(), tenant, own) == (True, "acme", True)
         assert engine.loop_for("ns/job/uid") is engine.loop_for("ns/job/uid")
 
-        async def fails(_: Clients) -> None:
+        async def fails(_: EngineLoop) -> None:
             raise NotFound("gone")
 
         with pytest.raises(NotFound):
@@ -152,7 +152,7 @@ async def test_a_cancelled_caller_waits_for_the_step_to_unwind() -> None:
     engine = Engine(client_builder(Policy()), threads=1)
     started, recorded = threading.Event(), threading.Event()
 
-    async def step(_: Clients) -> None:
+    async def step(_: EngineLoop) -> None:
         async def create() -> None:
             await asyncio.sleep(0.05)
             recorded.set()  # JobRunner records a create in flight, shielded, and settles it before the step ends

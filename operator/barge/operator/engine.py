@@ -27,6 +27,9 @@ from barge.providers import BatchProvider
 T = TypeVar("T")
 THREADS = 2
 """Engine loops (threads). SQLite and the GIL serialise most of the work; a second loop overlaps the waits."""
+PLANNERS = 4
+"""Jobs planning at once per engine loop: each runs a planner process (~30 MB, CPU-bound), and 2,000 jobs created
+at once would otherwise start 2,000 of them (the machine ran out of memory)."""
 
 
 class EngineLoop:
@@ -34,6 +37,8 @@ class EngineLoop:
         self.name = name
         self.loop = asyncio.new_event_loop()
         self.clients = Clients(build)
+        self.planning = asyncio.Semaphore(PLANNERS)
+        """Held by a job step that plans (operator/jobs.py)."""
         self.lag = Lag()
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"barge-{name}", daemon=True)
@@ -50,8 +55,8 @@ class EngineLoop:
         self.loop.run_until_complete(self.clients.close())
         self.loop.close()
 
-    async def call(self, work: Callable[[Clients], Awaitable[T]]) -> T:
-        """Run `work(clients)` on this loop (in a copy of the caller's context: Kopf's event posting works there)
+    async def call(self, work: Callable[[EngineLoop], Awaitable[T]]) -> T:
+        """Run `work(this loop)` on this loop (in a copy of the caller's context: Kopf's event posting works there)
         and return its result here."""
         caller = asyncio.get_running_loop()
         done: asyncio.Future[T] = caller.create_future()
@@ -73,7 +78,7 @@ class EngineLoop:
                 caller.call_soon_threadsafe(settle)
 
         def start() -> None:
-            task.append(self.loop.create_task(_coro(work, self.clients), context=context))
+            task.append(self.loop.create_task(_coro(work, self), context=context))
             task[0].add_done_callback(deliver)
 
         self.loop.call_soon_threadsafe(start)
@@ -90,8 +95,8 @@ class EngineLoop:
         self.thread.join(30)
 
 
-async def _coro(work: Callable[[Clients], Awaitable[T]], clients: Clients) -> T:
-    return await work(clients)
+async def _coro(work: Callable[[EngineLoop], Awaitable[T]], loop: EngineLoop) -> T:
+    return await work(loop)
 
 
 class Engine:
@@ -103,7 +108,7 @@ class Engine:
     def loop_for(self, key: str) -> EngineLoop:
         return self.loops[zlib.crc32(key.encode()) % len(self.loops)]
 
-    async def call(self, key: str, work: Callable[[Clients], Awaitable[T]]) -> T:
+    async def call(self, key: str, work: Callable[[EngineLoop], Awaitable[T]]) -> T:
         return await self.loop_for(key).call(work)
 
     @property

@@ -11,6 +11,7 @@ so an operator restarted at any moment resumes every job without duplicate batch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -39,8 +40,8 @@ from barge.ledger import Ledger, lifetime
 from barge.operator import admission, faultstatus, metrics, pools
 from barge.operator import quota as quota_
 from barge.operator import status as status_
-from barge.operator.cache import Clients, ClientSpec, Watched
-from barge.operator.engine import Engine
+from barge.operator.cache import ClientSpec, Watched
+from barge.operator.engine import Engine, EngineLoop
 from barge.operator.kube import Kube, NotFound, Objects
 from barge.operator.looplag import Lag
 from barge.policy import Policy, Refused
@@ -379,8 +380,13 @@ async def _step(
     job = await build_job(ctx, meta, spec, target.model, admitted, status, target.price)
     gate = _gate(ctx, meta, spec, job, target)
 
-    async def step(clients: Clients) -> Snapshot:
-        async with clients.lease(target.provider) as provider:
+    async def step(engine: EngineLoop) -> Snapshot:
+        planned = bool((ctx.ledger.job(job.key) or {}).get("planned"))
+        # A step that plans runs a planner process: at most engine.PLANNERS of them per loop.
+        async with (
+            contextlib.nullcontext() if planned else engine.planning,
+            engine.clients.lease(target.provider) as provider,
+        ):
             runner = JobRunner(
                 job,
                 provider,
@@ -481,7 +487,7 @@ async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
     async def resolve() -> Target:  # on Kopf's loop (the API client's), read fresh: no Secret from a cache
         return await target_for(ctx, meta["namespace"], LLMBatchJobSpec.model_validate(dict(body["spec"])), fresh=True)
 
-    async def cancel(clients: Clients) -> tuple[list[str], str]:
+    async def cancel(engine: EngineLoop) -> tuple[list[str], str]:
         async with ctx.guard(key):
             live = [b["batch_id"] for b in ctx.ledger.batches_of(key, live_only=True)]
             if not live:
@@ -492,7 +498,7 @@ async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
                 return live, f"{type(exc).__name__}: {exc}"
             failed: list[str] = []
             why = ""
-            async with clients.lease(target.provider) as provider:
+            async with engine.clients.lease(target.provider) as provider:
                 for batch_id in live:
                     try:
                         await provider.cancel(batch_id)
