@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, update
 
 from barge.ledger import bulk, summary
+from barge.ledger.chunked import update_lines
 from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items, jobs, metadata
 
 __all__ = ["TERMINAL", "ItemUpdate", "Ledger", "normalise_url"]
@@ -203,6 +204,7 @@ class Ledger:
         *,
         shard: str | None = None,
         unsized: bool = False,
+        page_size: int = PAGE,
     ) -> Iterator[tuple[Any, ...]]:
         """`line, <columns>` of the items in `states`, in line order, one short query per page (keyset).
         Asking for `payload` joins the payloads table; `unsized` keeps only items whose size is not recorded."""
@@ -211,7 +213,7 @@ class Ledger:
         where += " AND i.size = 0" if unsized else ""
         sql = (
             f"SELECT i.line, {columns} FROM items i{join} WHERE {where} AND i.line > ? "  # noqa: S608
-            f"ORDER BY i.line LIMIT {PAGE}"
+            f"ORDER BY i.line LIMIT {int(page_size)}"
         )
         last = 0
         while True:
@@ -220,6 +222,7 @@ class Ledger:
                 return
             yield from page
             last = page[-1][0]
+            del page  # one page held at a time
 
     def counts(self, job: str) -> dict[str, int]:
         out = {
@@ -286,13 +289,16 @@ class Ledger:
                     created_at=time.time(),
                 )
             )
-            moved = conn.exec_driver_sql(
+            moved = update_lines(
+                conn,
                 self._sql(
                     "UPDATE items SET state = 'submitting', shard = ? WHERE job = ? AND state = 'pending' "
                     "AND line BETWEEN ? AND ?"
                 ),
-                (shard, job, first_line, last_line),
-            ).rowcount
+                (shard, job),
+                first_line,
+                last_line,
+            )
             if moved != count:
                 raise RuntimeError(f"shard {shard}: expected {count} pending items, found {moved}")
 
@@ -333,11 +339,14 @@ class Ledger:
                 .where(intents.c.job == job, intents.c.shard == shard)
                 .values(state="created", batch_id=batch_id)
             )
-            conn.execute(
-                update(items)
-                .where(items.c.job == job, items.c.shard == shard, items.c.state == "submitting")
-                .values(state="submitted", batch_id=batch_id)
-            )
+            lines = "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND shard = ?"
+            first, last = conn.exec_driver_sql(self._sql(lines), (job, shard)).one()
+            if first is not None:  # the shard's items, window by window of lines (ledger/chunked.py)
+                sql = (
+                    "UPDATE items SET state = 'submitted', batch_id = ? WHERE job = ? AND state = 'submitting' "
+                    "AND shard = ? AND line BETWEEN ? AND ?"
+                )
+                update_lines(conn, self._sql(sql), (batch_id, job, shard), int(first), int(last))
 
     def abandon_intent(self, job: str, shard: str) -> None:
         """The create certainly did not land: release the items to pending."""
