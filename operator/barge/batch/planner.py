@@ -30,6 +30,7 @@ import signal
 import struct
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -127,7 +128,9 @@ async def plan(
     written = 0
     error = ""
     reader: asyncio.Task[None] | None = None
-    writer: asyncio.Task[int] | None = None
+    writer: asyncio.Future[int] | None = None
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="barge-plan")  # one writer thread (one malloc arena)
 
     async def flush() -> None:
         """Write the rows held so far in a thread, after the previous write (at most two chunks in memory)."""
@@ -137,7 +140,7 @@ async def plan(
             writer = None
         if rows:
             chunk, rows = rows, []
-            writer = asyncio.ensure_future(asyncio.to_thread(ledger.add_items, key, chunk))
+            writer = asyncio.ensure_future(loop.run_in_executor(pool, ledger.add_items, key, chunk))
 
     async def feed() -> None:
         header = {"job": asdict(job), "limits": asdict(limits)}
@@ -192,6 +195,7 @@ async def plan(
         if writer is not None:  # a write in flight finishes (its thread cannot be stopped) before we return
             with contextlib.suppress(Exception):
                 await asyncio.shield(writer)
+        pool.shutdown(wait=False)
     if error:
         raise PlanError(error)
     if code != 0:
