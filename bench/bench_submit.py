@@ -180,12 +180,24 @@ async def child_barge(kind: str, url: str, data: Path, ledger_url: str) -> dict[
         storage=StoragePolicy(),
     )
     provider = make_provider(kind, "k", base_url=f"{url}/v1" if kind == "openai" else url)
-    runner = JobRunner(job, provider, Ledger(ledger_url), prices.load(), EngineSettings(min_batch_window=0))
+    warnings: list[str] = []
+
+    def on_event(reason: str, message: str, kind: str) -> None:
+        if kind == "Warning":  # e.g. CreateUncertain: a create that timed out under load, reconciled next step
+            warnings.append(f"{reason}: {message}")
+
+    settings = EngineSettings(min_batch_window=0)
+    runner = JobRunner(job, provider, Ledger(ledger_url), prices.load(), settings, on_event=on_event)
     snap = await runner.step()  # plan + every shard submitted
+    steps = 1
+    while snap.counts["submitted"] != snap.counts["total"] and steps < 5:  # as `barge run` would go on
+        snap, steps = await runner.step(), steps + 1
     seconds = time.perf_counter() - started
     await provider.close()
     if snap.counts["submitted"] != snap.counts["total"]:
-        raise SystemExit(f"barge submitted {snap.counts['submitted']} of {snap.counts['total']}: {snap.message}")
+        raise SystemExit(f"barge submitted {snap.counts['submitted']} of {snap.counts['total']}: {warnings[-3:]}")
+    if warnings:
+        print(f"barge {kind}: {steps} steps; {warnings[:3]}", file=sys.stderr)
     return {"seconds": seconds, "batches": len(snap.batches)}
 
 
@@ -244,8 +256,8 @@ def main() -> None:
                     naive, naive_rss = measure("naive", kind, [str(data)])
                 ledger = Path(tmp) / f"ledger-{kind}-{n}.db"
                 barge, barge_rss = measure("barge", kind, [str(data), str(ledger)])
-                for path in (*shards, *Path(tmp).glob(f"ledger-{kind}-{n}.db*")):
-                    Path(path).unlink()
+                for path in (*map(Path, shards), *Path(tmp).glob(f"ledger-{kind}-{n}.db*")):
+                    path.unlink()
                 base = floor["seconds"]
                 for who, r, rss in (
                     ("floor", floor, floor_rss),
