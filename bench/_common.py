@@ -52,3 +52,23 @@ def write_input(path: Path, n: int, pad: str = "z" * 1900) -> int:
         for i in range(n):
             fh.write(json.dumps({"id": f"i{i}", "text": f"item {i} {pad}"}).encode() + b"\n")
     return path.stat().st_size
+
+
+def naive_openai_body(items: list[dict[str, Any]], model: str, max_tokens: int) -> bytes:
+    """The naive script's OpenAI batch file: every request built in memory with json.dumps, one JSONL body."""
+    return "".join(
+        json.dumps(
+            {
+                "custom_id": x["id"],
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": model,
+                    "max_completion_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": x["text"]}],
+                },
+            }
+        )
+        + "\n"
+        for x in items
+    ).encode()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import start_emulator, write_input
+from _common import naive_openai_body, start_emulator, write_input
 
 N = int(os.environ.get("BENCH_ENGINE_N", "100000"))
 POLL = float(os.environ.get("BENCH_ENGINE_POLL", "0.5"))
@@ -90,22 +90,7 @@ async def naive(kind: str, base: str, data: Path, out: Path) -> int:
         oclient = openai.AsyncOpenAI(api_key="k", base_url=f"{base}/v1")
         ids = []
         for start in range(0, len(items), 50_000):
-            body = "".join(
-                json.dumps(
-                    {
-                        "custom_id": x["id"],
-                        "method": "POST",
-                        "url": "/v1/chat/completions",
-                        "body": {
-                            "model": MODELS[kind],
-                            "max_completion_tokens": 50,
-                            "messages": [{"role": "user", "content": x["text"]}],
-                        },
-                    }
-                )
-                + "\n"
-                for x in items[start : start + 50_000]
-            ).encode()
+            body = naive_openai_body(items[start : start + 50_000], MODELS[kind], 50)
             file = await oclient.files.create(file=("in.jsonl", body), purpose="batch")
             batch = await oclient.batches.create(
                 input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"

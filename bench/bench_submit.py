@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import start_emulator, write_input
+from _common import naive_openai_body, start_emulator, write_input
 
 MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
 SHARD = {"anthropic": 100_000, "openai": 50_000}  # the providers' request limits (bytes stay under theirs here)
@@ -135,22 +135,7 @@ async def child_naive(kind: str, url: str, data: Path) -> dict[str, Any]:
     else:
         oclient = openai.AsyncOpenAI(api_key="k", base_url=f"{url}/v1", timeout=600)
         for start in range(0, len(lines), step):
-            body = "".join(
-                json.dumps(
-                    {
-                        "custom_id": x["id"],
-                        "method": "POST",
-                        "url": "/v1/chat/completions",
-                        "body": {
-                            "model": MODELS[kind],
-                            "max_completion_tokens": MAX_TOKENS,
-                            "messages": [{"role": "user", "content": x["text"]}],
-                        },
-                    }
-                )
-                + "\n"
-                for x in lines[start : start + step]
-            ).encode()
+            body = naive_openai_body(lines[start : start + step], MODELS[kind], MAX_TOKENS)
             file = await oclient.files.create(file=("in.jsonl", body), purpose="batch")
             batch = await oclient.batches.create(
                 input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
