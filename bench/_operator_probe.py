@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from types import FrameType
 from typing import Any
 
 import kopf
@@ -43,7 +44,8 @@ def sample(every: float = 0.01, depth: int = 8) -> None:
                 continue
             if ident not in names:
                 names[ident] = next((t.name for t in threading.enumerate() if t.ident == ident), str(ident))
-            stack, f = [], frame
+            stack: list[str] = []
+            f: FrameType | None = frame
             while f is not None and len(stack) < depth:
                 stack.append(f"{f.f_code.co_filename.rsplit('/', 2)[-1]}:{f.f_code.co_name}:{f.f_lineno}")
                 f = f.f_back
@@ -54,7 +56,9 @@ def sample(every: float = 0.01, depth: int = 8) -> None:
 def dump() -> None:
     tmp = OUT + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump({**stats, "samples": stats.get("samples", {}).copy(), "stalls": list(stats.get("stalls", []))}, fh)
+        # copies: the engine threads add to these while this runs on Kopf's loop
+        copied = {k: v.copy() if isinstance(v, dict | list) else v for k, v in stats.items()}
+        json.dump(copied, fh)
     os.replace(tmp, OUT)
 
 
@@ -80,7 +84,8 @@ def watchdog(late: float = 0.3, depth: int = 14) -> None:
         names = {t.ident: t.name for t in threading.enumerate()}
         snapshot = {}
         for ident, frame in sys._current_frames().items():
-            stack, f = [], frame
+            stack: list[str] = []
+            f: FrameType | None = frame
             while f is not None and len(stack) < depth:
                 stack.append(f"{f.f_code.co_filename.rsplit('/', 2)[-1]}:{f.f_code.co_name}:{f.f_lineno}")
                 f = f.f_back
