@@ -261,8 +261,10 @@ def test_delete_during_submission_cancels_every_batch(
     cluster: Cluster, namespace: str, operator: Operator, start_emulator: Any
 ) -> None:
     """`kubectl delete` while the daemon is creating shards (200 requests each here): the delete handler waits
-    for the create in flight and the daemon creates nothing after it, so no batch is left running unseen."""
-    slow = start_emulator({"batch": {"processingSeconds": 300, "cancelSeconds": 0.2}})
+    for the create in flight and the daemon creates nothing after it, so no batch is left running unseen. Each
+    create takes 0.5 s in the emulator: submission is fast enough that all 20 shards were otherwise created before
+    `kubectl delete` could arrive, and the test proved nothing."""
+    slow = start_emulator({"batch": {"processingSeconds": 300, "cancelSeconds": 0.2, "createSeconds": 0.5}})
     secret(cluster, namespace)
     apply(cluster, namespace, job_manifest("racer", slow.url, operator.workdir, n=4000))
     wait_for(lambda: state(slow)["batches"], 120, "the first batch")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -135,6 +136,8 @@ async def create_batch(request: web.Request) -> web.Response:
         if req["params"].get("stream"):
             return error(400, f"requests.{n}.params.stream: streaming is not supported in batches")
         items.append(item_from_messages(custom_id, req["params"]))
+    if store.profile.batch.create_seconds:
+        await asyncio.sleep(store.profile.batch.create_seconds)
     batch = store.new_batch("anthropic", items)
     if store.creates <= store.profile.batch.create_failures_after_accept:
         return error(500, "Internal server error")  # stored anyway: the duplicate-create trap

@@ -7,6 +7,7 @@ services do; per-request problems end up as lines in the error file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -377,6 +378,8 @@ async def create_batch(request: web.Request) -> web.Response:
             f"output_expires_after: anchor must be created_at and seconds between {low} and 2592000 (30 days)",
             param="output_expires_after",
         )
+    if store.profile.batch.create_seconds:
+        await asyncio.sleep(store.profile.batch.create_seconds)
     items, errors = _validate_lines(meta["data"], provider)
     limit = store.profile.batch.azure_enqueued_token_limit
     if provider == "azure" and limit and not errors:

@@ -30,6 +30,8 @@ class BatchProfile:
     """The first N creates store the batch, then answer 500: the duplicate-create trap."""
     cancel_seconds: float = 0.5
     """How long canceling/cancelling lasts before the batch ends with partial results."""
+    create_seconds: float = 0.0
+    """How long a valid create takes before the batch is stored and answered (a create in flight, widened)."""
     azure_enqueued_token_limit: int = 0
     """Azure: enqueued prompt tokens allowed per deployment across live batches; 0 = unlimited."""
     delete_failures: int = 0
@@ -81,6 +83,7 @@ def parse_profile(data: dict[str, Any] | None) -> Profile:
             outcomes=_outcomes(batch.get("outcomes"), BATCH_OUTCOMES, "batch"),
             create_failures_after_accept=int(batch.get("createFailuresAfterAccept", 0)),
             cancel_seconds=float(batch.get("cancelSeconds", 0.5)),
+            create_seconds=float(batch.get("createSeconds", 0.0)),
             azure_enqueued_token_limit=int(batch.get("azureEnqueuedTokenLimit", 0)),
             delete_failures=int(batch.get("deleteFailures", 0)),
             delete_forbidden=bool(batch.get("deleteForbidden", False)),
