@@ -320,20 +320,13 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
             continue
         try:
             snap = await _step(ctx, meta, spec, post, current)
-        except Refused as exc:  # the admin's policy says no: nothing was read or sent (the deadline still applies)
-            fault = faults.StepFault(exc.policy, bound(exc.message), transient=True, admission=True)
-            if await _deadline(ctx, meta, spec, fault, current, generation, post):
-                return
-            current = await _write(
-                ctx,
-                meta,
-                current,
-                status_.admitted_false(current.get("conditions", []), fault.reason, fault.message, generation),
-            )
-            await stopped.wait(interval)
-            continue
-        except NotFound as exc:
-            fault = faults.StepFault("NotFound", bound(f"{exc}; waiting for it"), transient=True, admission=True)
+        except (Refused, NotFound) as exc:
+            # Refused: the admin's policy says no, nothing was read or sent; NotFound: a referenced object is
+            # missing and may yet appear. Either way Admitted=False, and the deadline still applies.
+            if isinstance(exc, Refused):
+                fault = faults.StepFault(exc.policy, bound(exc.message), transient=True, admission=True)
+            else:
+                fault = faults.StepFault("NotFound", bound(f"{exc}; waiting for it"), transient=True, admission=True)
             if await _deadline(ctx, meta, spec, fault, current, generation, post):
                 return
             current = await _write(
