@@ -113,6 +113,18 @@ class Watch:
 
         return self.argo.wait_app(self.name, observe, timeout, what)
 
+    def failed_sync(self, revision: str, what: str) -> dict[str, Any]:
+        """Refresh, then wait until the sync of `revision` ended Failed or Error; the Application then."""
+        self.argo.refresh(self.name)
+        return self.until(
+            lambda a: (
+                operation(a).get("syncResult", {}).get("revision") == revision
+                and operation(a).get("phase") in ("Failed", "Error")
+            ),
+            120,
+            what,
+        )
+
     def out_of_sync_after_first_synced(self) -> list[str]:
         first = self.sync.index("Synced") if "Synced" in self.sync else len(self.sync)
         return [s for s in self.sync[first:] if s != "Synced"]
@@ -255,15 +267,7 @@ def test_suspend_selfheal_prune_invalid_and_failed_through_git(
     bad["metadata"]["name"] = "nightly-bad"
     bad["spec"]["input"]["inline"] = [{"id": "1", "text": "x", "policy": "p"}]
     revision = repo.commit({"nightly/bad.yaml": yaml.safe_dump(bad)}, "an invalid job")
-    argo.refresh("nightly")
-    app = watch.until(
-        lambda a: (
-            operation(a).get("syncResult", {}).get("revision") == revision
-            and operation(a).get("phase") in ("Failed", "Error")
-        ),
-        120,
-        "the sync to fail",
-    )
+    app = watch.failed_sync(revision, "the sync to fail")
     text = json.dumps(operation(app))
     assert "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set" in text
     assert kubectl_json(cluster, "-n", namespace, "get", "configmap", "claims-settings")["data"] == {"team": "claims"}
@@ -285,15 +289,7 @@ def test_suspend_selfheal_prune_invalid_and_failed_through_git(
     reused = yaml.safe_load(failing)
     reused["spec"]["input"]["url"] = reused["spec"]["input"]["url"].replace("nightly-unpaid", "nightly-2026-12-01")
     revision = repo.commit({"nightly/unpaid.yaml": yaml.safe_dump(reused)}, "same name, tomorrow's input")
-    argo.refresh("nightly")
-    app = watch.until(
-        lambda a: (
-            operation(a).get("syncResult", {}).get("revision") == revision
-            and operation(a).get("phase") in ("Failed", "Error")
-        ),
-        120,
-        "the sync to fail on an immutable field",
-    )
+    app = watch.failed_sync(revision, "the sync to fail on an immutable field")
     assert "spec.input is immutable after creation" in json.dumps(operation(app))
     assert lbj(cluster, namespace, "nightly-unpaid")["spec"]["input"] == yaml.safe_load(failing)["spec"]["input"]
 
