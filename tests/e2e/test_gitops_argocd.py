@@ -238,7 +238,12 @@ def test_suspend_selfheal_prune_invalid_and_failed_through_git(
     # Suspend through Git: in-flight batches are cancelled, the job holds, the Application shows it.
     repo.commit({"nightly/job.yaml": edit(job, suspend=True)}, "hold tonight's job")
     argo.refresh("nightly")
-    app = watch.until(lambda a: job_health(a).get("message", "").startswith("Suspended"), 120, "job suspended")
+    # The Application's health follows its resources' one refresh later: wait for both, then assert both.
+    app = watch.until(
+        lambda a: job_health(a).get("message", "").startswith("Suspended") and health(a) == "Healthy",
+        120,
+        "job suspended and the Application Healthy",
+    )
     assert job_health(app)["status"] == "Healthy"
     assert health(app) == "Healthy"
     assert sync_status(app) == "Synced"
