@@ -14,13 +14,9 @@ from typing import Annotated
 import typer
 
 from barge import __version__
-from barge.batch.runner import EngineSettings
-from barge.cli import generate, local, schedule_plan
-from barge.cli.demo_data import claims
-from barge.config import OperatorConfig, peering_priority
-from barge.emulator.profile import load_profile
-from barge.emulator.server import serve
-from barge.ledger import Ledger, lifetime
+
+# Each command imports what it needs when it runs: `barge run` starts without the emulator's web server, the
+# generators or the operator (about 0.5 s of imports that a user waits for on every run).
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -47,6 +43,8 @@ def crds(
     check: Annotated[bool, typer.Option("--check", help="Fail if the files on disk differ; write nothing.")] = False,
 ) -> None:
     """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the README's tables) from barge.api and barge.k8s."""
+    from barge.cli import generate
+
     files = generate.generated_files(out, chart, readme)
     if check:
         stale = generate.stale(files)
@@ -72,6 +70,9 @@ def emulator(
     Base URLs: Anthropic SDK http://HOST:PORT, OpenAI SDK http://HOST:PORT/v1, AzureOpenAI azure_endpoint
     http://HOST:PORT. Any API key works except the literal `invalid`.
     """
+    from barge.emulator.profile import load_profile
+    from barge.emulator.server import serve
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         parsed = load_profile(profile)
@@ -91,6 +92,8 @@ def plan(
     A job: shards, token and cost estimates and invalid lines. A schedule: its next runs with their run dates
     and deadlines in its time zone, then the plan of the next run's job.
     """
+    from barge.cli import schedule_plan
+
     schedule_plan.plan_any(manifest, runs)
 
 
@@ -115,6 +118,9 @@ def run(
 
     Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid.
     """
+    from barge.batch.runner import EngineSettings
+    from barge.cli import local
+
     settings = EngineSettings(min_batch_window=min_batch_window, max_shard_requests=max_shard_requests)
     code = local.run_command(manifest, ledger, json_output, poll, settings)
     raise typer.Exit(code)
@@ -127,6 +133,8 @@ def demo_data(
     out: Annotated[Path, typer.Option(help="Where to write the JSONL.")] = Path("claims.jsonl"),
 ) -> None:
     """Write generated sample input (deterministic) for the demo and the examples."""
+    from barge.cli.demo_data import claims
+
     if kind != "claims":
         raise typer.BadParameter("only `claims` is available")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -159,6 +167,7 @@ def operator(
     BARGE_PEERING_PRIORITY, BARGE_PEERING_LIFETIME.
     Watches every namespace when none is named.
     """
+    from barge.config import OperatorConfig, peering_priority
     from barge.operator.main import run as run_operator
 
     config = OperatorConfig.from_env(
@@ -191,6 +200,8 @@ def ledger_purge(
 ) -> None:
     """Drop rendered prompts and model outputs from the ledger: of jobs that ended before --older-than, and of any
     job past its spec.retention keep times. The audit rows (ids, states, usage, cost, batches) stay."""
+    from barge.ledger import Ledger, lifetime
+
     try:
         age = lifetime.seconds(older_than)
     except ValueError as exc:
