@@ -147,6 +147,8 @@ def test_defaults_render_the_operator_with_a_sqlite_ledger_on_a_kept_pvc(helm: P
     assert env(docs) == {
         "BARGE_LEDGER_URL": "/var/lib/barge/ledger.db",
         "BARGE_POLL_SECONDS": "30",
+        "BARGE_ADMISSION_GATHER_SECONDS": "5",  # the operator's own defaults (config.OperatorConfig)
+        "BARGE_ADMISSION_BACKOFF_SECONDS": "60",
         "BARGE_DELETE_PROVIDER_COPIES": "true",
         "BARGE_OUTPUT_EXPIRES_AFTER_DAYS": "14",
         "BARGE_PROMETHEUS_URL": "http://prometheus-operated.monitoring.svc:9090",
@@ -285,6 +287,7 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
                 "prices": "version: x\nmodels: {}\n",
                 "workerImage": "registry.local/worker:1",
                 "retention": {"deleteProviderCopies": False, "outputExpiresAfterDays": 30},
+                "admission": {"gatherSeconds": 0, "backoffSeconds": 120},
             },
             "extraEnv": [{"name": "BARGE_MIN_BATCH_WINDOW", "value": "600"}],
             "nodeSelector": {"pool": "ops"},
@@ -305,6 +308,7 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
     assert e["BARGE_WORKER_IMAGE"] == "registry.local/worker:1"
     assert e["BARGE_MIN_BATCH_WINDOW"] == "600"
     assert (e["BARGE_DELETE_PROVIDER_COPIES"], e["BARGE_OUTPUT_EXPIRES_AFTER_DAYS"]) == ("false", "30")
+    assert (e["BARGE_ADMISSION_GATHER_SECONDS"], e["BARGE_ADMISSION_BACKOFF_SECONDS"]) == ("0", "120")
     config = one(docs, "ConfigMap")
     assert config["data"] == {"prices.yaml": "version: x\nmodels: {}\n"}
     assert {"name": "config", "mountPath": "/etc/barge/config", "readOnly": True} in c["volumeMounts"]
