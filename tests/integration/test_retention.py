@@ -21,7 +21,8 @@ from barge.batch.runner import JobRunner
 from barge.config import OperatorConfig
 from barge.emulator.server import EmulatorThread
 from barge.ledger import Ledger
-from barge.ledger.schema import items, payloads
+from barge.ledger.pages import spans
+from barge.ledger.schema import items, payload_pages, payloads
 from barge.operator import purge
 from barge.operator.jobs import Context, delete_job
 from barge.operator.metrics import BargeCollector
@@ -126,18 +127,31 @@ def test_sigkill_around_cleanup(start_emulator: Factory, tmp_path: Path, kind: s
     assert sorted(json.loads(r)["id"] for r in results) == [f"i{n:03d}" for n in range(N_ITEMS)]
 
 
+def stored_prompts(conn: Any, job: str | None = None) -> list[str]:
+    """Every rendered prompt the ledger holds (of one job, or of all), read straight from the tables: the payload
+    pages Barge writes (ledger/pages.py) and the per-line rows of ledgers written before them."""
+    paged = select(payload_pages.c.lines, payload_pages.c.text)
+    legacy = select(payloads.c.payload)
+    if job is not None:
+        paged, legacy = paged.where(payload_pages.c.job == job), legacy.where(payloads.c.job == job)
+    found = [p for (p,) in conn.execute(legacy)]
+    for lines, text in conn.execute(paged):
+        found += [bytes(text)[start:end].decode() for start, end in spans(bytes(lines)).values()]
+    return found
+
+
 def ledger_texts(url: str, job: str) -> tuple[int, int]:
-    """(payload rows, outputs not null) of a job, read straight from the tables."""
+    """(prompts held, outputs not null) of a job, read straight from the tables."""
     db = Ledger(url)
     try:
         with db.engine.connect() as conn:
-            held = conn.execute(select(func.count()).select_from(payloads).where(payloads.c.job == job)).scalar()
+            held = len(stored_prompts(conn, job))
             written = conn.execute(
                 select(func.count()).select_from(items).where(items.c.job == job, items.c.output.is_not(None))
             ).scalar()
     finally:
         db.close()
-    return int(held or 0), int(written or 0)
+    return held, int(written or 0)
 
 
 def file_bytes(directory: Path, pattern: str) -> bytes:
@@ -313,7 +327,7 @@ async def test_ledger_text_bytes_per_tenant(
 
     assert scrape() == {}, "nothing is exported before the first measurement"
     with ctx.ledger.engine.connect() as conn:
-        prompts = sum(len(p.encode()) for (p,) in conn.execute(select(payloads.c.payload)))
+        prompts = sum(len(p.encode()) for p in stored_prompts(conn))
         outputs = sum(
             len(o.encode()) for (o,) in conn.execute(select(items.c.output).where(items.c.output.is_not(None)))
         )

@@ -15,9 +15,10 @@ The sandbox (sandbox.py) refuses what it can see coming; this process bounds the
   event loop always comes first.
 
 The parent streams input lines to the child (length-prefixed frames) and the child answers with length-prefixed
-frames of rows (a JSON list each), which the parent writes into the ledger in large chunks in a thread while the
-child renders the next ones; input is read in a thread too, so the operator's event loop never waits on storage
-or on the ledger.
+frames: the rows as JSON lists (`ledger.PLANNED` order) and the frame's payloads as one page (ledger/pages.py: an
+index of line, end pairs in the JSON, the UTF-8 text after it, never decoded by the parent). The parent writes
+them into the ledger in large chunks in a thread while the child renders the next ones; input is read in a
+thread too, so the operator's event loop never waits on storage or on the ledger.
 Run as `python -m barge.batch.planner` (the child side; the parent starts it through `CHILD_BOOT`).
 """
 
@@ -46,9 +47,10 @@ from barge.storage import OversizeLine
 
 if TYPE_CHECKING:
     from barge.ledger import Ledger
+    from barge.ledger.pages import Page
 
 FRAME = struct.Struct("!QI")  # line number, length
-ROWS = struct.Struct("!I")  # length of a frame of rows (an orjson list) from the child
+ROWS = struct.Struct("!II")  # a frame from the child: length of its JSON (rows, page index), of its page's text
 ROWS_BYTES = 1 << 20  # the child sends a frame of rows once it holds this many bytes ...
 ROWS_COUNT = 2000  # ... or this many rows
 WRITE_BYTES = 4 << 20  # rows per ledger write (one transaction): about this many payload bytes ...
@@ -97,6 +99,20 @@ class LineTimeout(BaseException):
     """Raised by the profiling timer inside a line's rendering (a BaseException: templates catch Exception)."""
 
 
+def planned(row: dict[str, Any]) -> list[Any]:
+    """A row of admission (plan.admit_line) as `ledger.PLANNED` lists it (the child does not import the ledger)."""
+    return [
+        row["custom_id"],
+        row["line"],
+        row.get("item_id"),
+        row["state"],
+        row.get("error_type", ""),
+        row.get("reason", ""),
+        row.get("est_tokens", 0),
+        row.get("size", 0),
+    ]
+
+
 # --- the parent side ------------------------------------------------------------------------------------------
 def _take(
     lines: Iterator[tuple[int, bytes]], max_bytes: int = 2 << 20, max_lines: int = 2000
@@ -134,7 +150,10 @@ async def plan(
     assert proc.stdout is not None
     assert proc.stderr is not None
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
-    rows: list[dict[str, Any]] = []
+    from barge.ledger import pages  # the parent only: the child never imports the ledger (SQLAlchemy)
+
+    rows: list[list[Any]] = []
+    held_pages: list[Page] = []
     written = 0
     error = ""
     reader: asyncio.Task[None] | None = None
@@ -144,24 +163,30 @@ async def plan(
 
     async def flush() -> None:
         """Write the rows held so far in a thread, after the previous write (at most two chunks in memory)."""
-        nonlocal written, writer, rows
+        nonlocal written, writer, rows, held_pages
         if writer is not None:
             written += await writer
             writer = None
         if rows:
-            chunk, rows = rows, []
-            writer = asyncio.ensure_future(loop.run_in_executor(pool, ledger.add_items, key, chunk))
+            chunk, chunk_pages, rows, held_pages = rows, held_pages, [], []
+            writer = asyncio.ensure_future(loop.run_in_executor(pool, ledger.add_planned, key, chunk, chunk_pages))
 
     async def feed() -> None:
         header = {"job": asdict(job), "limits": asdict(limits)}
         stdin.write(orjson.dumps(header) + b"\n")
         source = lines()
         while chunk := await asyncio.to_thread(_take, source):
+            out = bytearray()  # one pipe write per chunk of lines (a write per line cost 4 us of the event loop)
             for number, raw in chunk:
                 if isinstance(raw, OversizeLine):  # never sent: the parent knows the answer
-                    rows.append(invalid_row(number, "line_too_long", f"line of {raw.length} bytes is over the limit"))
+                    rows.append(
+                        planned(invalid_row(number, "line_too_long", f"line of {raw.length} bytes is over the limit"))
+                    )
                     continue
-                stdin.write(FRAME.pack(number, len(raw)) + raw)
+                out += FRAME.pack(number, len(raw))
+                out += raw
+            stdin.write(out)
+            del out
             await stdin.drain()
         stdin.close()
 
@@ -170,16 +195,19 @@ async def plan(
         held = 0
         while True:
             try:
-                head = await stdout.readexactly(ROWS.size)
-                frame: list[dict[str, Any]] = orjson.loads(await stdout.readexactly(ROWS.unpack(head)[0]))
+                meta_length, text_length = ROWS.unpack(await stdout.readexactly(ROWS.size))
+                frame: dict[str, Any] = orjson.loads(await stdout.readexactly(meta_length))
+                text = await stdout.readexactly(text_length) if text_length else b""
             except asyncio.IncompleteReadError:
                 return  # the child is done (or died: its exit code says why)
-            if frame and "plan_error" in frame[-1]:
-                rows.extend(frame[:-1])
-                error = str(frame[-1]["plan_error"])
+            rows.extend(frame["rows"])
+            page = pages.of(frame["index"], text)
+            if page is not None:
+                held_pages.append(page)
+            if "plan_error" in frame:
+                error = str(frame["plan_error"])
                 return
-            rows.extend(frame)
-            held += sum(len(r.get("payload") or "") for r in frame)
+            held += len(text)
             if held >= WRITE_BYTES or len(rows) >= WRITE_ROWS:
                 held = 0
                 await flush()
@@ -238,21 +266,35 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
     resource.setrlimit(resource.RLIMIT_CPU, (limits.job_cpu_seconds, limits.job_cpu_seconds + 5))
     signal.signal(signal.SIGPROF, _on_timer)
 
-    frame: list[dict[str, Any]] = []
-    held = 0
+    frame: list[list[Any]] = []
+    index: list[int] = []  # line, end, line, end, ... of the payloads in `texts`
+    texts: list[bytes] = []
+    end = held = 0
 
-    def send() -> None:
-        nonlocal held
-        body = orjson.dumps(frame)
-        stdout.write(ROWS.pack(len(body)) + body)
+    def send(plan_error: str = "") -> None:
+        nonlocal held, end
+        meta: dict[str, Any] = {"rows": frame, "index": index}
+        if plan_error:
+            meta["plan_error"] = plan_error
+        body, text = orjson.dumps(meta), b"".join(texts)
+        stdout.write(ROWS.pack(len(body), len(text)) + body + text)
         frame.clear()
-        held = 0
+        index.clear()
+        texts.clear()
+        held = end = 0
 
     def answer(row: dict[str, Any]) -> None:
-        nonlocal held
-        frame.append(row)
-        held += len(row.get("payload") or "") + len(row.get("reason") or "") + 100
-        if held >= ROWS_BYTES or len(frame) >= ROWS_COUNT or "plan_error" in row:
+        nonlocal held, end
+        frame.append(planned(row))
+        payload = row.get("payload")
+        if payload is not None:
+            text = payload.encode()
+            end += len(text)
+            index.extend((row["line"], end))
+            texts.append(text)
+            held += len(text)
+        held += len(row.get("reason") or "") + 100
+        if held >= ROWS_BYTES or len(frame) >= ROWS_COUNT:
             send()
 
     try:
@@ -260,7 +302,7 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
         renderer = Renderer(spec, job.run_date, job.tenant)
         encode = encoder(job.provider)  # the adapters' own encoding, without importing an SDK
     except (PlanError, ValueError) as exc:
-        answer({"plan_error": bound(str(exc))})
+        send(bound(str(exc)))
         stdout.flush()
         return 0
     timed = renderer.parts is None  # the fast path (no Jinja) is linear in the line, which is bounded
@@ -286,7 +328,7 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
         limited += hit
         succeeded += row["state"] == "pending"
         if hit and not succeeded and limited >= limits.give_up_after:
-            answer({"plan_error": bound(f"spec.request.template hits a limit on every line tried: {row['reason']}")})
+            send(bound(f"spec.request.template hits a limit on every line tried: {row['reason']}"))
             break
         answer(row)
     if frame:

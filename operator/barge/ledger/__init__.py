@@ -12,7 +12,7 @@ cost ten times more at 100,000 items.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +20,37 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, update
 
-from barge.ledger import bulk, summary
+from barge.ledger import bulk, pages, summary
 from barge.ledger.chunked import update_lines
 from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items, jobs, metadata
 
-__all__ = ["TERMINAL", "ItemUpdate", "Ledger", "normalise_url"]
+__all__ = ["PLANNED", "TERMINAL", "ItemUpdate", "Ledger", "Planned", "normalise_url"]
 
 PAGE = 5000
+#: A planned item as the planner hands it over (`add_planned`), in this order.
+PLANNED = ("custom_id", "line", "item_id", "state", "error_type", "reason", "est_tokens", "size")
+Planned = tuple[str, int, str | None, str, str, str, int, int]
+#: Below this many rows a plain executemany is cheaper on PostgreSQL than a temporary table and COPY.
+COPY_MIN = 200
+_INSERT_ITEM = (
+    "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
+    "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
+    "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, '', 0, 0, 0, 0) ON CONFLICT (job, custom_id) DO NOTHING"
+)
+_INSERT_PAGE = (
+    "INSERT INTO payload_pages (job, first_line, last_line, n, lines, text) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (job, first_line) DO NOTHING"
+)
+_PG_PLANNED = (
+    "CREATE TEMPORARY TABLE IF NOT EXISTS barge_planned (custom_id text, line integer, item_id text, state text, "
+    "error_type text, reason text, est_tokens integer, size integer) ON COMMIT DELETE ROWS"
+)
+_PG_INSERT_PLANNED = (
+    "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
+    "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
+    "SELECT %s, custom_id, line, item_id, state, 0, error_type, reason, est_tokens, size, '', 0, 0, 0, 0 "
+    "FROM barge_planned ON CONFLICT (job, custom_id) DO NOTHING"
+)
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
@@ -152,31 +176,21 @@ class Ledger:
 
     # --- items ------------------------------------------------------------------------------------------------
     def add_items(self, job: str, rows: Iterable[dict[str, Any]]) -> int:
-        """Insert items (and payloads), ignoring ones already there (a re-plan after a crash is harmless)."""
-        item_sql = self._sql(
-            "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
-            "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
-            "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, '', 0, 0, 0, 0) ON CONFLICT (job, custom_id) DO NOTHING"
-        )
-        payload_sql = self._sql(
-            "INSERT INTO payloads (job, line, payload) VALUES (?, ?, ?) ON CONFLICT (job, line) DO NOTHING"
-        )
+        """Insert items (and payloads) given as dicts, ignoring ones already there (a re-plan after a crash is
+        harmless). The planner's rows take `add_planned`."""
         count = 0
-        buffer: list[tuple[Any, ...]] = []
-        texts: list[tuple[Any, ...]] = []
+        buffer: list[Planned] = []
+        texts: list[tuple[int, str]] = []
 
         def flush() -> None:
-            with self.engine.begin() as conn:
-                conn.exec_driver_sql(item_sql, buffer)
-                if texts:
-                    conn.exec_driver_sql(payload_sql, texts)
+            page = pages.build(texts)
+            self.add_planned(job, buffer, [page] if page else [])
             buffer.clear()
             texts.clear()
 
         for r in rows:
             buffer.append(
                 (
-                    job,
                     r["custom_id"],
                     r["line"],
                     r.get("item_id"),
@@ -188,13 +202,34 @@ class Ledger:
                 )
             )
             if r.get("payload") is not None:
-                texts.append((job, r["line"], r["payload"]))
+                texts.append((r["line"], r["payload"]))
             count += 1
             if len(buffer) >= PAGE:
                 flush()
         if buffer:
             flush()
         return count
+
+    def add_planned(self, job: str, rows: Sequence[Sequence[Any]], payload_pages: Sequence[pages.Page]) -> int:
+        """Items (`PLANNED` sequences) and their payload pages in one transaction, ignoring ones already there (a
+        re-plan after a crash writes the same lines again). PostgreSQL: COPY into a temporary table and one
+        INSERT ... SELECT (one round trip, and one run of the count trigger, instead of one per row)."""
+        with self.engine.begin() as conn:
+            cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                if self.postgres and len(rows) >= COPY_MIN:
+                    cursor.execute(_PG_PLANNED)
+                    with cursor.copy(f"COPY barge_planned ({', '.join(PLANNED)}) FROM STDIN") as copy:
+                        for row in rows:
+                            copy.write_row(row)
+                    cursor.execute(_PG_INSERT_PLANNED, (job,))
+                elif rows:
+                    cursor.executemany(self._sql(_INSERT_ITEM), [(job, *r) for r in rows])
+                if payload_pages:
+                    cursor.executemany(self._sql(_INSERT_PAGE), [(job, *p) for p in payload_pages])
+            finally:
+                cursor.close()
+        return len(rows)
 
     def iter_items(
         self,
@@ -207,21 +242,34 @@ class Ledger:
         page_size: int = PAGE,
     ) -> Iterator[tuple[Any, ...]]:
         """`line, <columns>` of the items in `states`, in line order, one short query per page (keyset).
-        Asking for `payload` joins the payloads table; `unsized` keeps only items whose size is not recorded."""
-        join = " JOIN payloads p ON p.job = i.job AND p.line = i.line" if "payload" in columns else ""
-        where = f"i.job = ? AND i.state IN ({', '.join('?' for _ in states)})" + (" AND i.shard = ?" if shard else "")
-        where += " AND i.size = 0" if unsized else ""
+        Asking for `payload` reads the payload pages (ledger/pages.py) and leaves out items without one (dropped,
+        or never rendered); `unsized` keeps only items whose size is not recorded."""
+        names = [c.strip() for c in columns.split(",")]
+        at = names.index("payload") + 1 if "payload" in names else 0
+        selected = ", ".join("NULL" if n == "payload" else n for n in names)
+        where = f"job = ? AND state IN ({', '.join('?' for _ in states)})" + (" AND shard = ?" if shard else "")
+        where += " AND size = 0" if unsized else ""
         sql = (
-            f"SELECT i.line, {columns} FROM items i{join} WHERE {where} AND i.line > ? "  # noqa: S608
-            f"ORDER BY i.line LIMIT {int(page_size)}"
+            f"SELECT line, {selected} FROM items WHERE {where} AND line > ? "  # noqa: S608
+            f"ORDER BY line LIMIT {int(page_size)}"
         )
+        params = (job, *states, *((shard,) if shard else ()))
+        reader = pages.PayloadReader(self._rows, job) if at else None
         last = 0
         while True:
-            page = self._rows(sql, (job, *states, *((shard,) if shard else ()), last))
+            page = self._rows(sql, (*params, last))
             if not page:
                 return
-            yield from page
             last = page[-1][0]
+            if reader is None:
+                yield from page
+            else:
+                texts = reader.lookup([r[0] for r in page])
+                for r in page:
+                    text = texts.get(r[0])
+                    if text is not None:
+                        yield (*r[:at], text, *r[at + 1 :])
+                del texts
             del page  # one page held at a time
 
     def counts(self, job: str) -> dict[str, int]:

@@ -24,7 +24,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from barge.api.batchjob import DURATION
 from barge.ledger import Ledger
-from barge.ledger.schema import items, jobs, payloads
+from barge.ledger.schema import items, jobs, payload_pages, payloads
 
 FINAL = ("Succeeded", "Failed")
 _DURATION = re.compile(DURATION)
@@ -53,15 +53,20 @@ def held_bytes(ledger: Ledger, now: float) -> Held:
     def size(column: ColumnElement[str]) -> ColumnElement[int]:  # octet_length is SQLite >= 3.43 only
         return func.octet_length(column) if ledger.postgres else func.length(cast(column, LargeBinary))
 
-    payload = select(jobs.c.tenant, func.sum(size(payloads.c.payload))).join(jobs, jobs.c.job == payloads.c.job)
+    legacy = select(jobs.c.tenant, func.sum(size(payloads.c.payload))).join(jobs, jobs.c.job == payloads.c.job)
+    # a page's text is the UTF-8 of its payloads, one after another: its length is their bytes
+    paged = select(jobs.c.tenant, func.sum(func.length(payload_pages.c.text))).join(
+        jobs, jobs.c.job == payload_pages.c.job
+    )
     output = select(jobs.c.tenant, func.sum(size(items.c.output))).join(jobs, jobs.c.job == items.c.job)
     held: dict[tuple[str, str], int] = {}
     with ledger.engine.connect() as conn:
         for (tenant,) in conn.execute(select(jobs.c.tenant).distinct()):
             held[(tenant, "payload")] = held[(tenant, "output")] = 0
-        for kind, query in (("payload", payload), ("output", output.where(items.c.output.is_not(None)))):
+        queries = (("payload", legacy), ("payload", paged), ("output", output.where(items.c.output.is_not(None))))
+        for kind, query in queries:
             for tenant, total in conn.execute(query.group_by(jobs.c.tenant)):
-                held[(tenant, kind)] = int(total or 0)
+                held[(tenant, kind)] += int(total or 0)
     return Held(now, held)
 
 
@@ -80,7 +85,7 @@ def drop_texts(
     ledger: Ledger, now: float, *, job: str | None = None, finished_before: float | None = None
 ) -> tuple[int, int]:
     """Drop payloads and outputs of ended jobs past their keep time (and, with `finished_before`, of every job that
-    ended before it, kept or not). Returns (payload rows deleted, outputs cleared)."""
+    ended before it, kept or not). Returns (payloads deleted, outputs cleared)."""
     ended = jobs.c.phase.in_(FINAL)
     scope = [jobs.c.job == job] if job is not None else []
     old = [jobs.c.completed_at <= finished_before] if finished_before is not None else []
@@ -97,7 +102,10 @@ def forget_job(ledger: Ledger, job: str) -> tuple[int, int]:
 
 def _drop(ledger: Ledger, payload_jobs: Select[tuple[str]], output_jobs: Select[tuple[str]]) -> tuple[int, int]:
     with ledger.engine.begin() as conn:
-        dropped = conn.execute(delete(payloads).where(payloads.c.job.in_(payload_jobs))).rowcount
+        paged = payload_pages.c.job.in_(payload_jobs)
+        dropped = conn.execute(select(func.coalesce(func.sum(payload_pages.c.n), 0)).where(paged)).scalar_one()
+        conn.execute(delete(payload_pages).where(paged))
+        dropped += conn.execute(delete(payloads).where(payloads.c.job.in_(payload_jobs))).rowcount
         cleared = conn.execute(
             update(items).where(items.c.job.in_(output_jobs), items.c.output.is_not(None)).values(output=None)
         ).rowcount

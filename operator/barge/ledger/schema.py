@@ -7,7 +7,19 @@ and did create; `jobs` holds what a job decided once (planned, cut off, failed f
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 metadata = MetaData()
 
@@ -72,6 +84,19 @@ payloads = Table(
     Column("job", String(400), primary_key=True),
     Column("line", Integer, primary_key=True),
     Column("payload", Text, nullable=False),
+)
+
+#: The same, a page per planner frame (ledger/pages.py): what Barge writes now; `payloads` is read for ledgers
+#: written before pages. Columns in this order: the blobs last, so that reading a page's bounds skips them.
+payload_pages = Table(
+    "payload_pages",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("first_line", Integer, primary_key=True),
+    Column("last_line", Integer, nullable=False),
+    Column("n", Integer, nullable=False),  # payloads in the page
+    Column("lines", LargeBinary, nullable=False),  # per payload: its line and where its text ends (int64 LE)
+    Column("text", LargeBinary, nullable=False),  # the payloads' UTF-8, one after another
 )
 
 intents = Table(
