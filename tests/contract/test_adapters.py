@@ -79,6 +79,27 @@ async def test_results_join_by_custom_id_with_usage(start_emulator: Factory, kin
     await p.close()
 
 
+async def test_anthropic_results_after_a_poll_cost_one_get(start_emulator: Factory) -> None:
+    """The poll that saw the batch end already has its results_url: reading the results is one GET of that URL,
+    not the SDK's `results()` (which retrieves the batch again first). Without a poll, `results()` still works."""
+    emu = start_emulator()
+    p = provider("anthropic", emu.url)
+    reqs = requests("anthropic", 5)
+    retrieve, results = "GET /v1/messages/batches/{batch_id}", "GET /v1/messages/batches/{batch_id}/results"
+    for polled in (True, False):
+        info = await p.create_batch((p.encode(r) for r in reqs), {})
+        await wait_ended(p, info.id)
+        if not polled:
+            p = provider("anthropic", emu.url)  # a new process: nothing remembered
+        before = state(emu)["requests"]
+        got = [r async for r in p.results(info.id)]
+        after = state(emu)["requests"]
+        assert sorted(r.custom_id for r in got) == [r.custom_id for r in reqs]
+        assert after[results] - before.get(results, 0) == 1
+        assert after.get(retrieve, 0) - before.get(retrieve, 0) == (0 if polled else 1)
+    await p.close()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_outcomes_map_to_the_domain(start_emulator: Factory, kind: str) -> None:
     emu = start_emulator(

@@ -74,6 +74,9 @@ def _info(batch: MessageBatch) -> BatchInfo:
     return BatchInfo(batch.id, batch.processing_status, batch.processing_status == "ended", created, total)
 
 
+RESULTS_URLS = 4096  # results URLs remembered (one per ended batch until its results are read)
+
+
 class AnthropicProvider:
     """BatchProvider over `anthropic.AsyncAnthropic` (injected: base_url, key and http client are the caller's)."""
 
@@ -87,6 +90,9 @@ class AnthropicProvider:
         self._aiohttp_sync = aiohttp_sync
         self._sync: anthropic.AsyncAnthropic | None = None
         self._create_client = client.with_options(max_retries=0)
+        self._results_urls: dict[str, str] = {}
+        """Batch id -> the results_url its last retrieve answered: reading the results then costs one GET, not the
+        two of the SDK's `results()` (which retrieves the batch again for that URL). Bounded, oldest out."""
 
     def encode(self, request: Request) -> bytes:
         return encode_anthropic(request)
@@ -121,9 +127,15 @@ class AnthropicProvider:
 
     async def retrieve(self, batch_id: str) -> BatchInfo:
         try:
-            return _info(await self.client.messages.batches.retrieve(batch_id))
+            batch = await self.client.messages.batches.retrieve(batch_id)
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
+        if batch.results_url:
+            self._results_urls.pop(batch_id, None)
+            self._results_urls[batch_id] = batch.results_url
+            if len(self._results_urls) > RESULTS_URLS:
+                del self._results_urls[next(iter(self._results_urls))]
+        return _info(batch)
 
     async def list_recent(self, limit: int = 100) -> list[BatchInfo]:
         out: list[BatchInfo] = []
@@ -148,11 +160,28 @@ class AnthropicProvider:
     async def result_pages(self, batch_id: str) -> AsyncIterator[list[Result]]:
         # The SDK's raw streamed response, parsed here with orjson: no SDK model is built per line.
         try:
-            async with self.client.messages.batches.with_streaming_response.results(batch_id) as response:
-                async for page in jsonl.pages(response.iter_bytes()):
-                    yield [result_from_line(orjson.loads(line)) for line in page]
+            async for page in jsonl.pages(self._result_bytes(batch_id)):
+                yield [result_from_line(orjson.loads(line)) for line in page]
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
+
+    async def _result_bytes(self, batch_id: str) -> AsyncIterator[bytes]:
+        """The results file, from the results_url of the last retrieve when there was one (what the SDK's
+        `results()` requests after retrieving the batch itself), else through `results()`."""
+        url = self._results_urls.pop(batch_id, None)
+        if url is None:
+            async with self.client.messages.batches.with_streaming_response.results(batch_id) as streamed:
+                async for chunk in streamed.iter_bytes():
+                    yield chunk
+            return
+        response = await self.client.get(
+            url, cast_to=httpx2.Response, options={"headers": {"Accept": "application/binary"}}, stream=True
+        )
+        try:
+            async for chunk in response.aiter_bytes():
+                yield chunk
+        finally:
+            await response.aclose()
 
     async def delete_objects(self, batch_id: str) -> int:
         try:
