@@ -5,6 +5,7 @@ On SQLite and a real PostgreSQL server (where a large enough write goes through 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -138,14 +139,18 @@ def test_legacy_payload_rows_are_read_measured_and_dropped(url: str) -> None:
 async def test_a_job_planned_before_pages_is_submitted_after_the_upgrade(
     start_emulator: Factory, tmp_path: Path, kind: str
 ) -> None:
-    """Planned by an older Barge (per-line payload rows), then submitted, ingested and finished by this one."""
+    """Planned by an older Barge (per-line payload rows, and before sizes were recorded), then measured, cut into
+    shards by bytes, submitted, ingested and finished by this one."""
     emu = start_emulator()
     ledger = Ledger(str(tmp_path / "l.db"))
     job = make_job(tmp_path, kind, 30)
-    runner = JobRunner(job, provider_for(kind, emu.url), ledger, prices.load(), FAST)
+    settings = dataclasses.replace(FAST, max_shard_bytes=2_000)
+    runner = JobRunner(job, provider_for(kind, emu.url), ledger, prices.load(), settings)
     ledger.ensure_job(job.key, job.spec_hash, job.tenant, job.model)
     await runner._plan()
     assert to_legacy(ledger, job.key) == 30
+    with ledger.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE items SET size = 0")
     expected = [(f"c{i:04d}-v1-2026-11-30", f"claim text {i}") for i in range(30)]
     assert [(cid, text) for _, cid, text in ledger.iter_items(job.key, "custom_id, payload", ("pending",))] == expected
     snap = await run_to_end(runner)
@@ -153,6 +158,8 @@ async def test_a_job_planned_before_pages_is_submitted_after_the_upgrade(
     results, failures = check_accounting(tmp_path, snap, 30)
     assert len(results) == 30
     assert failures == []
+    assert len(emu.store.batches) >= 3, "shards were cut by the measured sizes (each request is ~150 bytes)"
+    assert min(size for _, size in ledger.iter_items(job.key, "size", ("succeeded",))) > 0
     # what the provider was sent is the planned text, item by item
     received = {item.custom_id: item.last_user for batch in emu.store.batches.values() for item in batch.items}
     assert sorted(received.items()) == expected

@@ -133,6 +133,7 @@ class JobRunner:
         """True once the job is being deleted: no new batch is created."""
         self.admission: admission_queue.Gate = admission or admission_queue.LocalGate()
         """Asked before batches are created: the deployment's batch quota and the token_limit_exceeded backoff."""
+        self._sized = False  # unsized items (planned by an older Barge) measured (_measure_unsized)
 
     # --- the step ---------------------------------------------------------------------------------------------
     async def step(self) -> Snapshot:
@@ -259,7 +260,11 @@ class JobRunner:
                 yield part[0][0], part[-1][0], len(part), max(r[1] for r in part), sum(int(r[2]) for r in part)
 
     def _measure_unsized(self) -> None:
-        """Items planned before sizes were recorded (size 0) are measured once, so no shard is cut blind."""
+        """Items planned before sizes were recorded (size 0) are measured once, so no shard is cut blind. Once per
+        runner: planning records every item's size, so none can be unsized later, and the search reads every
+        pending item (1 s per million)."""
+        if self._sized:
+            return
         sizes = [
             (len(self.provider.encode(self.factory(cid, payload))), cid)
             for _, cid, payload in self.ledger.iter_items(
@@ -267,6 +272,7 @@ class JobRunner:
             )
         ]
         self.ledger.set_sizes(self.job.key, sizes)
+        self._sized = True
 
     async def _submit(self) -> None:
         if not self.budget.within(self.on_event):
