@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from barge.config import OperatorConfig
-from barge.ledger import ItemUpdate, Ledger, summary
+from barge.ledger import ItemUpdate, Ledger, bulk, summary
+from barge.ledger.bulk import Row
 from barge.ledger.lifetime import drop_texts, forget_job, keep
 from barge.operator.purge import purge_once
 
@@ -192,3 +193,57 @@ def test_the_purge_timer_folds_the_deltas_where_nothing_scrapes(url: str) -> Non
         assert ledger._rows("SELECT COUNT(*) FROM item_count_deltas", ())[0][0] == 0
     rows = ledger._rows(f"SELECT job, state, via, n, {COLUMNS} FROM item_counts WHERE n <> 0", ())  # noqa: S608
     assert [tuple(int(x) if i > 2 else x for i, x in enumerate(r)) for r in rows] == scanned(ledger)
+
+
+def test_a_batch_counted_by_its_writer_with_the_trigger_paused_stays_exact(tmp_path: Path) -> None:
+    """SQLite applies a batch's results with the update trigger paused and counts them itself (ledger/bulk.py).
+    The counts stay exact; a chunk in which one item is not as submission left it, or a ledger whose triggers an
+    older Barge put back, is applied with the trigger instead; the pause never outlives the transaction."""
+    ledger = Ledger(str(tmp_path / "ledger.db"))
+    job = "ns/a/1"
+    ledger.ensure_job(job, "h", tenant="team-a", model="m1")
+    plan(ledger, job, 40)
+    ledger.open_intent(job, "s1", 1, 1, 30, 30)
+    ledger.record_batch(job, "s1", "b1", "anthropic", 1, 30, "ended", 0.0)
+
+    def rows(first: int, last: int) -> list[Row]:
+        out: list[Row] = []
+        for k in range(first, last + 1):
+            if k % 4 == 0:
+                out.append((f"c{k}", "succeeded", "", "", 1, "batch", f"o{k}", k, 2 * k, 1, 0))
+            elif k % 4 == 1:
+                out.append((f"c{k}", "refused", "refusal", "refused by the model", 1, "batch", "", 3, 1, 0, 2))
+            elif k % 4 == 2:
+                out.append((f"c{k}", "pending", "expired", "expired", None, "", None, 0, 0, 0, 0))
+            else:
+                out.append((f"c{k}", "invalid", "invalid_request", "bad", 1, "batch", None, 0, 0, 0, 0))
+        return out
+
+    def paused() -> int:
+        return int(ledger._rows("SELECT COUNT(*) FROM item_counts_paused", ())[0][0])
+
+    with ledger.engine.begin() as conn:
+        assert bulk.apply(conn, False, job, rows(1, 10), "b1", submitted=True)
+    assert paused() == 0
+    check(ledger)
+    assert ("ns/a/1", "succeeded", "batch", 2, 12, 24, 2, 0) in counted(ledger)
+
+    chunk = rows(10, 20)  # c10 is already applied: nothing of the paused attempt may stay
+    with ledger.engine.connect() as conn, conn.begin() as transaction:
+        assert not bulk.apply(conn, False, job, list(chunk), "b1", submitted=True)
+        transaction.rollback()
+    assert paused() == 0
+    assert ledger._rows("SELECT state FROM items WHERE job = ? AND custom_id = 'c12'", (job,)) == [("submitted",)]
+    ledger.apply_rows(job, chunk, "b1")  # falls back to the trigger
+    assert ledger._rows("SELECT state FROM items WHERE job = ? AND custom_id = 'c12'", (job,)) == [("succeeded",)]
+    check(ledger)
+
+    # An older Barge opened the ledger and put its own update trigger back, which knows no pause.
+    older = next(t for t in summary._sqlite_triggers() if "AFTER UPDATE" in t).replace(summary.PAUSE_CLAUSE, "")
+    with ledger.engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TRIGGER {summary.PREFIX}update")
+        conn.exec_driver_sql(older.replace(summary.PREFIX, "items_counts_v1_"))
+    ledger.apply_rows(job, rows(21, 30), "b1")
+    assert paused() == 0
+    check(ledger)
+    assert "submitted" not in ledger.counts(job)

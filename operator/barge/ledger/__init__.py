@@ -312,10 +312,17 @@ class Ledger:
             self.apply_rows(job, rows, batch_id)
 
     def apply_rows(self, job: str, rows: list[bulk.Row], batch_id: str | None = None) -> None:
-        """`apply` for rows already in `bulk.ROW` order (the ingestion hot path builds no ItemUpdate)."""
-        if rows:
-            with self.engine.begin() as conn:
-                bulk.apply(conn, self.postgres, job, rows, batch_id)
+        """`apply` for rows already in `bulk.ROW` order (the ingestion hot path builds no ItemUpdate). A batch's rows
+        are first tried as moves of submitted items, which SQLite counts faster (ledger/bulk.py)."""
+        if not rows:
+            return
+        if batch_id is not None and not self.postgres:
+            with self.engine.connect() as conn, conn.begin() as transaction:
+                if bulk.apply(conn, self.postgres, job, rows, batch_id, submitted=True):
+                    return
+                transaction.rollback()  # some row matched no submitted item: nothing of it is kept
+        with self.engine.begin() as conn:
+            bulk.apply(conn, self.postgres, job, rows, batch_id)
 
     # --- intents and batches ----------------------------------------------------------------------------------
     def intent_count(self, job: str) -> int:

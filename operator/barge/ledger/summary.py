@@ -8,7 +8,13 @@ and an idempotent re-apply moves nothing. SQL, not Python at each write site, so
 
 The two dialects keep it differently, because of what a hot row costs each:
 - SQLite: a row trigger upserts the job's count row. SQLite updates a row in place, so the per-row cost is two
-  B-tree steps on a small table (a few microseconds).
+  B-tree steps on a small table (a few microseconds). That was still 40% of ingestion's ledger write, so the bulk
+  path that moves a batch's items out of `submitted` (ledger/bulk.py) may pause the update trigger for its own
+  statements, in its own transaction, and add their counts itself (`add`): it changes only rows that match what a
+  submitted item holds (state, via, usage), so every changed row is known before and after, and if any row did
+  not match it rolls back to its savepoint and applies the chunk with the trigger on. The pause is a row in
+  `item_counts_paused`, inserted and deleted inside that transaction: no other writer (SQLite has one at a time)
+  and no committed state ever sees it.
 - PostgreSQL: every UPDATE of a row writes a new version, and versions written by a transaction that is still
   open cannot be pruned: one count row updated once per item in a 5,000-item transaction made ingestion five
   times slower. So a statement trigger appends, per statement, the net change it made (from its transition
@@ -23,18 +29,24 @@ A ledger written before this existed gets the table filled from a GROUP BY once,
 # ruff: noqa: S608  (every statement here is built from the constant column names below, never from input)
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, Engine
 
 #: What is counted, beside the key (job, state, via).
 COUNTED = ("n", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 USAGE = COUNTED[1:]
 #: Bump when the triggers change: `install` then replaces them and recounts.
-VERSION = "v1"
+VERSION = "v2"
 PREFIX = f"items_counts_{VERSION}_"
 KEY = "job, state, via"
 _ALL = f"{KEY}, {', '.join(COUNTED)}"
 _ADD = ", ".join(f"{c} = item_counts.{c} + excluded.{c}" for c in COUNTED)
 _CHANGED = " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in ("job", "state", "via", *USAGE))
+#: SQLite: while this table has a row, the update trigger counts nothing (the writer counts, see `add`).
+PAUSED = "item_counts_paused"
+PAUSE_CLAUSE = f" AND NOT EXISTS (SELECT 1 FROM {PAUSED})"
+_WANTED = frozenset(f"{PREFIX}{op}" for op in ("insert", "update", "delete"))
 
 
 def _sqlite_triggers() -> list[str]:
@@ -49,7 +61,9 @@ def _sqlite_triggers() -> list[str]:
     return [
         f"CREATE TRIGGER {PREFIX}insert AFTER INSERT ON items BEGIN {plus} END",
         f"CREATE TRIGGER {PREFIX}delete AFTER DELETE ON items BEGIN {minus} END",
-        f"CREATE TRIGGER {PREFIX}update AFTER UPDATE OF {columns} ON items WHEN {_CHANGED} BEGIN {both} END",
+        f"CREATE TABLE IF NOT EXISTS {PAUSED} (paused INTEGER NOT NULL)",
+        f"CREATE TRIGGER {PREFIX}update AFTER UPDATE OF {columns} ON items "
+        f"WHEN ({_CHANGED}){PAUSE_CLAUSE} BEGIN {both} END",
     ]
 
 
@@ -97,7 +111,7 @@ def _installed(conn: Connection, postgres: bool) -> set[str]:
 
 def install(engine: Engine, postgres: bool) -> None:
     """Triggers in place and `item_counts` exact, counted from the items once if the triggers were missing."""
-    wanted = {f"{PREFIX}{op}" for op in ("insert", "update", "delete")}
+    wanted = _WANTED
     with engine.connect() as conn:
         if _installed(conn, postgres) == wanted:
             return
@@ -124,6 +138,32 @@ def recount_sql(table: str) -> str:
     """Fill `table` with the counts computed from the items: the full GROUP BY the triggers spare the readers."""
     sums = ", ".join(f"SUM({c})" for c in USAGE)
     return f"INSERT INTO {table} ({_ALL}) SELECT {KEY}, COUNT(*), {sums} FROM items GROUP BY {KEY}"
+
+
+def pause(cursor: Any) -> bool:
+    """SQLite, in the caller's write transaction (this takes its lock): pause the update trigger, if the installed
+    triggers are this version's (an older Barge may have put back its own, which know no pause). `resume` before
+    the transaction ends."""
+    cursor.execute(f"INSERT INTO {PAUSED} (paused) VALUES (1)")
+    cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'items'")
+    if {str(r[0]) for r in cursor.fetchall() if str(r[0]).startswith("items_counts_")} == _WANTED:
+        return True
+    resume(cursor)
+    return False
+
+
+def resume(cursor: Any) -> None:
+    cursor.execute(f"DELETE FROM {PAUSED}")
+
+
+def add(cursor: Any, postgres: bool, deltas: dict[tuple[str, str, str], list[int]]) -> None:
+    """Add counted changes, (job, state, via) -> [n, usage...] as in COUNTED, to `item_counts` with the caller's DBAPI
+    cursor, in its transaction (what the triggers would have added for the same rows)."""
+    sql = f"INSERT INTO item_counts ({_ALL}) VALUES ({', '.join('?' for _ in (1, 2, 3, *COUNTED))}) "
+    sql += f"ON CONFLICT ({KEY}) DO UPDATE SET {_ADD}"
+    rows = [(*key, *change) for key, change in deltas.items() if any(change)]
+    if rows:
+        cursor.executemany(sql.replace("?", "%s") if postgres else sql, rows)
 
 
 def fold(conn: Connection, postgres: bool) -> None:
