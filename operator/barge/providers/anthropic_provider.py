@@ -22,10 +22,12 @@ from barge.providers.encoding import anthropic_params as params
 from barge.providers.encoding import encode_anthropic
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
 
+NO_USAGE = Usage()
+
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
     if not raw:
-        return Usage()
+        return NO_USAGE
     return Usage(
         int(raw.get("input_tokens") or 0),
         int(raw.get("output_tokens") or 0),
@@ -34,16 +36,20 @@ def _usage(raw: dict[str, Any] | None) -> Usage:
     )
 
 
+def _text(content: list[dict[str, Any]]) -> str:
+    if len(content) == 1 and content[0].get("type") == "text":  # the usual answer: one text block, no join
+        text = content[0].get("text", "")
+        if isinstance(text, str):
+            return text
+    return "".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
 def _message_result(custom_id: str, message: dict[str, Any]) -> Result:
-    text = "".join(b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text")
-    refused = message.get("stop_reason") == "refusal"
-    return Result(
-        custom_id,
-        Outcome.REFUSED if refused else Outcome.SUCCEEDED,
-        text=text,
-        usage=_usage(message.get("usage")),
-        error_type="refusal" if refused else "",
-    )
+    # Positional arguments: this runs once per result of a batch (ingestion's hot path).
+    text, usage = _text(message.get("content") or []), _usage(message.get("usage"))
+    if message.get("stop_reason") == "refusal":
+        return Result(custom_id, Outcome.REFUSED, text, usage, "refusal")
+    return Result(custom_id, Outcome.SUCCEEDED, text, usage)
 
 
 def result_from_line(line: dict[str, Any]) -> Result:

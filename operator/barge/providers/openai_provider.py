@@ -28,24 +28,26 @@ ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
 
 
+NO_USAGE = Usage()
+
+
 def _usage(raw: dict[str, Any] | None) -> Usage:
     if not raw:
-        return Usage()
-    cached = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        return NO_USAGE
+    details = raw.get("prompt_tokens_details")
+    cached = int(details.get("cached_tokens") or 0) if details else 0
     return Usage(int(raw.get("prompt_tokens") or 0) - cached, int(raw.get("completion_tokens") or 0), cached, 0)
 
 
 def _completion_result(custom_id: str, completion: dict[str, Any]) -> Result:
+    # Positional arguments: this runs once per result of a batch (ingestion's hot path).
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
-    refused = choice.get("finish_reason") == "content_filter" or bool(message.get("refusal"))
-    return Result(
-        custom_id,
-        Outcome.REFUSED if refused else Outcome.SUCCEEDED,
-        text=str(message.get("content") or message.get("refusal") or ""),
-        usage=_usage(completion.get("usage")),
-        error_type="content_filter" if refused else "",
-    )
+    refusal = message.get("refusal")
+    text, usage = str(message.get("content") or refusal or ""), _usage(completion.get("usage"))
+    if choice.get("finish_reason") == "content_filter" or refusal:
+        return Result(custom_id, Outcome.REFUSED, text, usage, "content_filter")
+    return Result(custom_id, Outcome.SUCCEEDED, text, usage)
 
 
 def result_from_line(line: dict[str, Any]) -> Result:
