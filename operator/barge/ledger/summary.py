@@ -12,7 +12,7 @@ The two dialects keep it differently, because of what a hot row costs each:
   path that moves a batch's items out of `submitted` (ledger/bulk.py) may pause the update trigger for its own
   statements, in its own transaction, and add their counts itself (`add`): it changes only rows that match what a
   submitted item holds (state, via, usage), so every changed row is known before and after, and if any row did
-  not match it rolls back to its savepoint and applies the chunk with the trigger on. The pause is a row in
+  not match it rolls the whole transaction back and applies the chunk again with the trigger on. The pause is a row in
   `item_counts_paused`, inserted and deleted inside that transaction: no other writer (SQLite has one at a time)
   and no committed state ever sees it.
 - PostgreSQL: every UPDATE of a row writes a new version, and versions written by a transaction that is still
