@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from tools import localcluster, pgserver
 
@@ -137,6 +138,22 @@ def postgres_url() -> Iterator[str]:
         pytest.fail(f"{exc} (.ci/run does)")
     with pgserver.postgres(fsync=False) as url:
         yield url
+
+
+def fresh_database(postgres_url: str, prefix: str = "t") -> str:
+    """A database of its own in the session's PostgreSQL (its URL): nothing else writes there."""
+    name = f"{prefix}_{os.urandom(4).hex()}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # the name is ours: hex only
+    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh ledger on each backend: a SQLite file, then a database of its own on the real PostgreSQL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.db")
+    return fresh_database(request.getfixturevalue("postgres_url"))
 
 
 def free_port() -> int:

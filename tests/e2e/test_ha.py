@@ -5,19 +5,17 @@ per shard. Its own control plane: the package's operator would otherwise act on 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
-from tests.conftest import kubectl_json, state
+from tests.conftest import fresh_database, kubectl_json, state
 from tests.e2e.conftest import Operator, own_control_plane, wait_for
 from tests.e2e.test_operator import apply, assert_one_batch_per_shard, job_manifest, phase_is, secret
 
@@ -37,14 +35,6 @@ def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
 
 
-def fresh_database(postgres_url: str) -> str:
-    """A database of its own in the session's PostgreSQL: the replicas share it, nothing else does."""
-    name = f"ha_{os.urandom(4).hex()}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")  # the name is ours: hex only
-    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
-
-
 @pytest.fixture
 def start_replicas(
     ha_cluster: Cluster, tmp_path: Path, postgres_url: str
@@ -54,7 +44,7 @@ def start_replicas(
     started: list[Operator] = []
 
     def start(lifetime: int) -> dict[str, Operator]:
-        ledger_url = fresh_database(postgres_url)
+        ledger_url = fresh_database(postgres_url, "ha")
         ops = {
             pod: Operator(
                 ha_cluster,

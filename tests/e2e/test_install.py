@@ -25,9 +25,9 @@ from tools import localcluster
 from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
-from tests.conftest import REPO, kubectl_json
+from tests.conftest import REPO, fresh_database, kubectl_json
 from tests.e2e.conftest import SECRET, Operator, credential_secret, own_control_plane, wait_for
-from tests.e2e.test_ha import fresh_database, working
+from tests.e2e.test_ha import working
 from tests.e2e.test_operator import apply, job_manifest, phase_is, secret
 from tests.e2e.test_pools import children
 

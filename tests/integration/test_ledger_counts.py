@@ -5,11 +5,9 @@ had no counts. On SQLite and on a real PostgreSQL server."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from barge.config import OperatorConfig
@@ -19,20 +17,6 @@ from barge.ledger.lifetime import drop_texts, forget_job, keep
 from barge.operator.purge import purge_once
 
 COLUMNS = ", ".join(summary.COUNTED[1:])
-
-
-def fresh_database(postgres_url: str) -> str:
-    name = f"counts_{os.urandom(4).hex()}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")  # the name is ours: hex only
-    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "ledger.db")
-    return fresh_database(request.getfixturevalue("postgres_url"))
 
 
 def counted(ledger: Ledger) -> list[tuple[Any, ...]]:
@@ -90,8 +74,8 @@ def plan(ledger: Ledger, job: str, n: int, invalid: int = 0) -> None:
     )
 
 
-def test_counts_equal_a_full_group_by_after_every_kind_of_write(url: str) -> None:
-    ledger = Ledger(url)
+def test_counts_equal_a_full_group_by_after_every_kind_of_write(ledger_url: str) -> None:
+    ledger = Ledger(ledger_url)
     check(ledger)  # empty
     ledger.ensure_job("ns/a/1", "h", tenant="team-a", model="m1")
     ledger.ensure_job("ns/b/2", "h", tenant="team-b", model="m2")
@@ -160,8 +144,8 @@ def test_counts_equal_a_full_group_by_after_every_kind_of_write(url: str) -> Non
     assert counted(ledger), "the test counted nothing"
 
 
-def test_a_ledger_without_counts_is_counted_once_when_opened(url: str) -> None:
-    ledger = Ledger(url)
+def test_a_ledger_without_counts_is_counted_once_when_opened(ledger_url: str) -> None:
+    ledger = Ledger(ledger_url)
     ledger.ensure_job("ns/a/1", "h", tenant="team-a", model="m1")
     plan(ledger, "ns/a/1", 20)
     ledger.apply("ns/a/1", [ItemUpdate(f"c{k}", "succeeded", via="sync", usage=(1, 2, 3, 4)) for k in range(1, 6)])
@@ -173,17 +157,17 @@ def test_a_ledger_without_counts_is_counted_once_when_opened(url: str) -> None:
         conn.exec_driver_sql("UPDATE items SET state = 'failed' WHERE line > 15")
     ledger.close()
 
-    reopened = Ledger(url)
+    reopened = Ledger(ledger_url)
     assert counted(reopened) == scanned(reopened)
     assert ("ns/a/1", "failed", "", 5, 0, 0, 0, 0) in counted(reopened)
     plan(reopened, "ns/a/1", 25)  # and kept from then on
     check(reopened)
-    Ledger(url).close()  # opened again: nothing recounted, nothing lost
+    Ledger(ledger_url).close()  # opened again: nothing recounted, nothing lost
     check(reopened)
 
 
-def test_the_purge_timer_folds_the_deltas_where_nothing_scrapes(url: str) -> None:
-    ledger = Ledger(url)
+def test_the_purge_timer_folds_the_deltas_where_nothing_scrapes(ledger_url: str) -> None:
+    ledger = Ledger(ledger_url)
     ledger.ensure_job("ns/a/1", "h", tenant="team-a", model="m1")
     plan(ledger, "ns/a/1", 50)
     if ledger.postgres:

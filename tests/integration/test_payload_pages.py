@@ -6,11 +6,9 @@ On SQLite and a real PostgreSQL server (where a large enough write goes through 
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from barge.batch import prices
@@ -22,20 +20,6 @@ from tests.integration.test_engine import FAST, check_accounting, make_job, prov
 from tests.integration.test_ledger_counts import check
 
 JOB = "ns/pages/1"
-
-
-def fresh_database(postgres_url: str) -> str:
-    name = f"pages_{os.urandom(4).hex()}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")  # the name is ours: hex only
-    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "ledger.db")
-    return fresh_database(request.getfixturevalue("postgres_url"))
 
 
 def text_of(line: int) -> str:
@@ -77,8 +61,8 @@ def test_pages_hold_exact_bytes() -> None:
     assert pages.build([]) is None
 
 
-def test_payloads_read_back_across_pages(url: str) -> None:
-    ledger = Ledger(url)
+def test_payloads_read_back_across_pages(ledger_url: str) -> None:
+    ledger = Ledger(ledger_url)
     ledger.ensure_job(JOB, "h")
     texts = write(ledger, range(1, 400), page_lines=37)  # one chunk over COPY_MIN rows: COPY on PostgreSQL
     texts |= write(ledger, range(400, 450), page_lines=11)  # under it: executemany
@@ -121,8 +105,8 @@ def to_legacy(ledger: Ledger, job: str) -> int:
     return len(legacy)
 
 
-def test_legacy_payload_rows_are_read_measured_and_dropped(url: str) -> None:
-    ledger = Ledger(url)
+def test_legacy_payload_rows_are_read_measured_and_dropped(ledger_url: str) -> None:
+    ledger = Ledger(ledger_url)
     ledger.ensure_job(JOB, "h")
     texts = write(ledger, range(1, 60), page_lines=10)
     assert to_legacy(ledger, JOB) == len(texts)

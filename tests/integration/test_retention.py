@@ -27,8 +27,7 @@ from barge.operator import purge
 from barge.operator.jobs import Context, delete_job
 from barge.operator.metrics import BargeCollector
 from barge.operator.purge import purge_once
-from tests.conftest import Factory, state
-from tests.e2e.test_ha import fresh_database
+from tests.conftest import Factory, fresh_database, state
 from tests.integration.test_crash_safety import N_ITEMS, barge_run, manifest
 from tests.integration.test_engine import FAST, check_accounting, make_job, provider_for, run_to_end
 
