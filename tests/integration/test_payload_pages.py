@@ -13,7 +13,8 @@ import pytest
 
 from barge.batch import prices
 from barge.batch.runner import JobRunner
-from barge.ledger import COPY_MIN, Ledger, pages
+from barge.ledger import Ledger, pages
+from barge.ledger.bulk import COPY_MIN
 from barge.ledger.lifetime import drop_texts, held_bytes
 from tests.conftest import Factory
 from tests.integration.test_engine import FAST, check_accounting, make_job, provider_for, run_to_end

@@ -30,8 +30,6 @@ PAGE = 5000
 #: A planned item as the planner hands it over (`add_planned`), in this order.
 PLANNED = ("custom_id", "line", "item_id", "state", "error_type", "reason", "est_tokens", "size")
 Planned = tuple[str, int, str | None, str, str, str, int, int]
-#: Below this many rows a plain executemany is cheaper on PostgreSQL than a temporary table and COPY.
-COPY_MIN = 200
 _INSERT_ITEM = (
     "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
     "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
@@ -217,7 +215,7 @@ class Ledger:
         with self.engine.begin() as conn:
             cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
-                if self.postgres and len(rows) >= COPY_MIN:
+                if self.postgres and len(rows) >= bulk.COPY_MIN:
                     cursor.execute(_PG_PLANNED)
                     with cursor.copy(f"COPY barge_planned ({', '.join(PLANNED)}) FROM STDIN") as copy:
                         for row in rows:
