@@ -17,12 +17,10 @@ import orjson
 from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
-from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
+from barge.providers.base import NO_USAGE, BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
 from barge.providers.encoding import anthropic_params as params
 from barge.providers.encoding import encode_anthropic
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
-
-NO_USAGE = Usage()
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:

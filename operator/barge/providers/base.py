@@ -53,6 +53,10 @@ class Usage:
         )
 
 
+#: No usage: one shared (frozen) instance, for the many results that carry none.
+NO_USAGE = Usage()
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     """One request's outcome, joined by custom_id (never by order)."""

@@ -18,7 +18,7 @@ import orjson
 from openai.types import Batch
 
 from barge.providers import jsonl
-from barge.providers.base import BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
+from barge.providers.base import NO_USAGE, BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
 from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
@@ -26,9 +26,6 @@ from barge.providers.upload import LineReader
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
-
-
-NO_USAGE = Usage()
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
