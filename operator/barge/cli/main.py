@@ -16,7 +16,7 @@ import typer
 from barge import __version__
 
 # Each command imports what it needs when it runs: `barge run` starts without the emulator's web server, the
-# generators or the operator (about 0.5 s of imports that a user waits for on every run).
+# generators or the operator config (about a second of imports, measured, that every command waited for).
 
 app = typer.Typer(
     no_args_is_help=True,
