@@ -14,6 +14,7 @@ runs of bench/README.md are BENCH_OPERATOR_JOBS=500 and 2000.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -72,12 +73,28 @@ def job(name: str, data: Path, out: Path, url: str) -> dict[str, Any]:
     }
 
 
-def proc_figures(pid: int) -> tuple[float, float, int]:
-    """(own CPU seconds, reaped children's CPU seconds, peak RSS bytes) of a live process."""
+def cpu_of(pid: int) -> tuple[float, float]:
+    """(own CPU seconds, reaped children's CPU seconds) of a live process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    own = (int(fields[11]) + int(fields[12])) / tick
-    children = (int(fields[13]) + int(fields[14])) / tick
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def live_children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def proc_figures(pid: int) -> tuple[float, float, int]:
+    """(own CPU seconds, children's CPU seconds, peak RSS bytes) of a live process. Children's: those reaped, and
+    the live ones' own and reaped (the planner server's forked planners are its children, not the operator's)."""
+    own, children = cpu_of(pid)
+    for child in live_children(pid):
+        with contextlib.suppress(OSError):
+            children += sum(cpu_of(child))
     hwm = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmHWM"))
     return own, children, int(hwm.split()[1]) * 1024
 

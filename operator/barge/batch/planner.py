@@ -11,15 +11,16 @@ The sandbox (sandbox.py) refuses what it can see coming; this process bounds the
 - CPU and wall time per job (`job_cpu_seconds`, `wall_seconds`): the planner is killed, the job not admitted;
 - a template that hits a limit on its first lines (`give_up_after` lines, none succeeded) is a bad template:
   the job is `Admitted=False` with the limit it hit, instead of burning the limit on every line;
-- the process runs at a lower CPU priority (nice 10, set before its imports: `CHILD_BOOT`), so the operator's
-  event loop always comes first.
+- the process runs at a lower CPU priority (nice 10), so the operator's event loop always comes first;
+- it is a fork of a warm server (zygote.py) that has done the imports already, so a job's planner costs
+  milliseconds to start instead of the interpreter's and its imports' ~0.4 CPU seconds.
 
 The parent streams input lines to the child (length-prefixed frames) and the child answers with length-prefixed
 frames: the rows as JSON lists (`ledger.PLANNED` order) and the frame's payloads as one page (ledger/pages.py: an
 index of line, end pairs in the JSON, the UTF-8 text after it, never decoded by the parent). The parent writes
 them into the ledger in large chunks in a thread while the child renders the next ones; input is read in a
 thread too, so the operator's event loop never waits on storage or on the ledger.
-Run as `python -m barge.batch.planner` (the child side; the parent starts it through `CHILD_BOOT`).
+The child side is `child()`: zygote.py forks it; `python -m barge.batch.planner` runs it alone, for debugging.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from barge.api.batchjob import LLMBatchJobSpec
+from barge.batch import zygote
 from barge.batch.bounded import bound
 from barge.batch.plan import RequestFactory, admit_line, invalid_row
 from barge.batch.render import PlanError, Renderer
@@ -56,16 +58,6 @@ ROWS_COUNT = 2000  # ... or this many rows
 WRITE_BYTES = 4 << 20  # rows per ledger write (one transaction): about this many payload bytes ...
 WRITE_ROWS = 20_000  # ... or this many rows; at most two such chunks are held (one being written)
 LIMIT_ERRORS = ("template_timeout", "resource_limit", "template_limit")
-#: The child's command: it lowers its priority before importing anything. Its imports (pydantic, the API
-#: models, Jinja) take ~0.3 s of CPU, and at full priority hundreds of starting planners held the operator's
-#: event loop back (issue 14's loop lag at 2,000 jobs).
-CHILD_BOOT = (
-    "import os, contextlib\n"
-    "with contextlib.suppress(OSError):\n"
-    "    os.nice(10)\n"
-    "import runpy\n"
-    "runpy.run_module('barge.batch.planner', run_name='__main__', alter_sys=True)\n"
-)
 
 
 @dataclass(frozen=True)
@@ -137,18 +129,7 @@ async def plan(
     """Plan the job into the ledger through a planner process; returns the number of rows (lines) written.
     Raises PlanError when the template is bad or the planning passed its limits; input errors propagate."""
     limits = limits or PlanLimits()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        CHILD_BOOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        limit=1 << 20,  # frames of rows are read whole (readexactly); this only bounds buffering ahead
-    )
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    assert proc.stderr is not None
+    proc = await zygote.SERVER.start()
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
     from barge.ledger import pages  # the parent only: the child never imports the ledger (SQLAlchemy)
 
@@ -156,6 +137,7 @@ async def plan(
     held_pages: list[Page] = []
     written = 0
     error = ""
+    tail = b""
     reader: asyncio.Task[None] | None = None
     writer: asyncio.Future[int] | None = None
     loop = asyncio.get_running_loop()
@@ -234,14 +216,17 @@ async def plan(
             with contextlib.suppress(Exception):
                 await asyncio.shield(writer)
         pool.shutdown(wait=False)
+        if proc.returncode:
+            tail = (await stderr.read())[-2000:]
+        proc.close()
     if error:
         raise PlanError(error)
     if code != 0:
-        tail = (await stderr.read())[-2000:].decode(errors="replace").strip().splitlines()
+        said = tail.decode(errors="replace").strip().splitlines()
         why = {-signal.SIGXCPU: f"more than {limits.job_cpu_seconds} CPU seconds", -signal.SIGKILL: "killed"}.get(
             code, f"exit code {code}"
         )
-        message = bound(f"planning stopped ({why}): {tail[-1] if tail else ''}", 500)
+        message = bound(f"planning stopped ({why}): {said[-1] if said else ''}", 500)
         raise PlanError(message, permanent=code == -signal.SIGXCPU)
     return written
 

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from barge.api.batchjob import LLMBatchJob
 from barge.batch import plan as planning
-from barge.batch import prices
+from barge.batch import prices, zygote
 from barge.batch.render import Renderer
 from barge.batch.runner import EngineSettings, Job, JobRunner
 from barge.batch.snapshot import Snapshot
@@ -121,6 +121,7 @@ def plan_command(manifest_path: Path) -> None:
 def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
     """Print the plan of one job; its tables fit an 80-column terminal."""
     job = build_job(manifest, manifest_path)
+    zygote.SERVER.warm()  # the planner server imports on the other core while this process loads its SDK
     spec = job.spec
     provider = make_provider(
         spec.provider.type, "plan-only", base_url=spec.provider.base_url, api_version=spec.provider.api_version
@@ -228,6 +229,7 @@ def _held(snap: Snapshot) -> bool:
 def run_command(manifest_path: Path, ledger_url: str, as_json: bool, poll: float, settings: EngineSettings) -> int:
     manifest = load_manifest(manifest_path)
     job = build_job(manifest, manifest_path)
+    zygote.SERVER.warm()  # the planner server imports on the other core while this process loads its SDK
     spec = job.spec
     provider = make_provider(
         spec.provider.type,

@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from barge.batch import prices
+from barge.batch import prices, zygote
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
 from barge.operator import diffbase, jobs, metrics, pools, purge, schedules
@@ -42,6 +42,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         settings.posting.level = logging.WARNING  # Barge posts its own events; Kopf's only when something is wrong
         ctx = jobs.Context(config, Ledger(config.ledger_url), CachedKube(), prices.load(config.prices_file))
         memo["ctx"] = ctx
+        await asyncio.to_thread(zygote.SERVER.warm)  # planners fork from it: its imports are done before jobs come
         memo["lag"] = asyncio.create_task(ctx.lags["main"].watch())
         if config.metrics_port:
             memo["server"] = await metrics.start_server(ctx, config.metrics_port)
