@@ -173,3 +173,31 @@ async def test_a_cancelled_caller_waits_for_the_step_to_unwind() -> None:
         assert recorded.is_set(), "the caller went on only once the step had unwound"
     finally:
         engine.stop()
+
+
+async def test_base_url_addresses_are_resolved_once_per_ttl_and_still_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step admits its job again: the base URL's host is looked up once per TTL, not per step, and what it
+    resolved to is still checked against the policy each time; a refused URL is never looked up."""
+    from barge.operator import admission
+    from barge.policy import Endpoint, Refused
+
+    looked_up: list[str] = []
+    answers = {"llm.example.com": ["93.184.216.34"], "rebind.example.com": ["127.0.0.1"]}
+
+    def resolve(host: str) -> list[str]:
+        looked_up.append(host)
+        return answers[host]
+
+    monkeypatch.setattr(admission, "resolve", resolve)
+    monkeypatch.setattr(admission, "ADDRESSES", TTLCache[str, list[str]](60.0))
+    policy = Policy(endpoints=(Endpoint("llm.example.com"), Endpoint("rebind.example.com")))
+    for _ in range(5):
+        await admission.check_base_url(policy, "openai", "https://llm.example.com/v1")
+    assert looked_up == ["llm.example.com"]
+    for _ in range(2):
+        with pytest.raises(Refused, match=r"resolves to 127\.0\.0\.1"):
+            await admission.check_base_url(policy, "openai", "https://rebind.example.com/v1")
+    assert looked_up == ["llm.example.com", "rebind.example.com"]
+    with pytest.raises(Refused, match="allowlist"):
+        await admission.check_base_url(policy, "openai", "https://elsewhere.example.com/v1")
+    assert len(looked_up) == 2

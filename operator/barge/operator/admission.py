@@ -19,6 +19,7 @@ from barge.api.batchjob import LLMBatchJobSpec
 from barge.api.common import LocalObjectRef
 from barge.api.pool import InferencePool
 from barge.k8s.workers import WorkerTenancy
+from barge.operator.cache import TTL_SECONDS, TTLCache
 from barge.operator.kube import Kube, NotFound
 from barge.policy import (
     Policy,
@@ -53,9 +54,31 @@ def resolve(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
 
 
+#: What each host resolved to, kept TTL_SECONDS like Secrets: every step of every job admits its job again, and
+#: a DNS lookup per step was a thread hop per poll on Kopf's loop. A host that changes its addresses meanwhile is
+#: still checked at connect time (`guard`), on every connection. Failed lookups are not kept.
+ADDRESSES: TTLCache[str, list[str]] = TTLCache(TTL_SECONDS)
+
+
 async def check_base_url(policy: Policy, provider: str, base_url: str) -> None:
-    loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, lambda: check_endpoint(policy, provider, base_url, resolve))
+    check_endpoint(policy, provider, base_url)  # what needs no DNS first: a refused URL is never resolved
+    host = (urlsplit(base_url).hostname or "").lower().rstrip(".")
+    if not host:
+        return
+    try:
+        addresses = await ADDRESSES.get(host, lambda: asyncio.to_thread(resolve, host))
+    except OSError as exc:
+        failed = exc
+
+        def known(_host: str) -> list[str]:
+            raise failed
+
+    else:
+
+        def known(_host: str) -> list[str]:
+            return addresses
+
+    check_endpoint(policy, provider, base_url, known)
 
 
 async def tenant(kube: Kube, namespace: str, spec_tenant: str = "") -> str:
