@@ -4,6 +4,14 @@ Why: one UPDATE of a whole shard (100,000 item rows) made SQLite hold, for that 
 change and its statement journal (kept in memory, `temp_store`, which the item-count triggers need): +25 MB of RSS
 per 100k items, growing with the shard. The same rows changed in windows of lines, in the same transaction (so
 exactly as atomic and durable), take the same time and a few MB whatever the shard's size.
+
+Why windows this small: the statement journal holds a copy of every page the statement changes, and the items
+table is clustered on (job, custom_id), not on the line. Consecutive lines are then scattered over the table
+whenever custom_ids do not sort in line order (hashes, UUIDs, or `i1, i10, i100` sorting apart from `i2`), one
+page (4 KiB) per item: a window of 8,192 lines held ~32 MB of journal once the table had that many pages (a
+ledger of ~300,000 items and up), SQLite's heap doubled for the statement, and the freed 1 KiB journal chunks
+left the parent's malloc heap that much larger for the rest of the run (+50 MB of peak RSS at 1M items,
+bench/README.md, third round). 512 lines: at most ~2 MB of journal, the same time per item.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-WINDOW = 8192  # lines per statement
+WINDOW = 512  # lines per statement (each may be a page of journal: see above)
 
 
 def update_lines(conn: Connection, sql: str, params: tuple[Any, ...], first: int, last: int) -> int:

@@ -1,0 +1,104 @@
+"""A shard's items move to `submitting` (intent) and `submitted` (record) window by window of lines
+(ledger/chunked.py): every item of the shard moves, whatever lies between or around its lines; and on SQLite a
+move holds no more than a window's worth of statement journal when the items' custom_ids are scattered over the
+table (it is clustered on custom_id, not on the line), which is how real ids (hashes, UUIDs) lie."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from barge.ledger import Ledger, chunked
+
+JOB = "ns/moves/1"
+
+
+def planned(lines: range, rng: random.Random, id_bytes: int = 0) -> list[tuple[object, ...]]:
+    """Pending items with random custom_ids (every 5th line invalid), `id_bytes` of item_id each."""
+    return [
+        (f"#line-{n}", n, None, "invalid", "malformed_json", "bad", 0, 0)
+        if n % 5 == 0
+        else (f"{rng.getrandbits(64):016x}", n, "x" * id_bytes, "pending", "", "", 3, 40)
+        for n in lines
+    ]
+
+
+def states(ledger: Ledger) -> dict[str, int]:
+    return {
+        str(s): int(n)
+        for s, n in ledger._rows("SELECT state, COUNT(*) FROM items WHERE job = ? GROUP BY state", (JOB,))
+    }
+
+
+def test_every_item_of_a_shard_moves_across_windows(ledger_url: str) -> None:
+    ledger = Ledger(ledger_url)
+    ledger.ensure_job(JOB, "h")
+    last = 5 * chunked.WINDOW + 37  # windows, and a partial one
+    rows = planned(range(1, last + 1), random.Random(1))
+    ledger.add_planned(JOB, rows, [])
+    pending = sum(1 for n in range(1, last + 1) if n % 5)
+    first_shard = sum(1 for n in range(1, 3 * chunked.WINDOW + 11) if n % 5)
+    ledger.open_intent(JOB, "s00000", 1, 1, 3 * chunked.WINDOW + 10, first_shard)
+    assert states(ledger) == {"invalid": last - pending, "pending": pending - first_shard, "submitting": first_shard}
+    ledger.record_batch(JOB, "s00000", "b0", "anthropic", 1, first_shard, "in_progress", 0.0)
+    assert states(ledger)["submitted"] == first_shard
+    assert ledger.members_of(JOB, "b0") == {
+        r[0] for r in rows if r[3] == "pending" and int(r[1]) <= 3 * chunked.WINDOW + 10
+    }
+    rest = pending - first_shard
+    with pytest.raises(RuntimeError, match="expected"):  # a count that does not match: nothing of it is kept
+        ledger.open_intent(JOB, "s00001", 1, 3 * chunked.WINDOW + 11, last, rest + 1)
+    assert states(ledger)["pending"] == rest
+    ledger.open_intent(JOB, "s00002", 1, 3 * chunked.WINDOW + 11, last, rest)
+    ledger.record_batch(JOB, "s00002", "b2", "anthropic", 1, rest, "in_progress", 0.0)
+    assert states(ledger) == {"invalid": last - pending, "submitted": pending}
+    ledger.close()
+
+
+class SqliteHeap:
+    """SQLite's own heap counters (sqlite3_memory_used / _highwater) of the library the sqlite3 module uses."""
+
+    def __init__(self) -> None:
+        try:
+            self.lib = ctypes.CDLL("libsqlite3.so.0")
+        except OSError:
+            pytest.skip("no shared libsqlite3 to read the heap counters from")
+        self.lib.sqlite3_libversion.restype = ctypes.c_char_p
+        if self.lib.sqlite3_libversion().decode() != sqlite3.sqlite_version:
+            pytest.skip("the sqlite3 module does not use the shared libsqlite3")
+        self.lib.sqlite3_memory_used.restype = ctypes.c_int64
+        self.lib.sqlite3_memory_highwater.restype = ctypes.c_int64
+
+    def reset(self) -> None:
+        self.lib.sqlite3_memory_highwater(1)
+
+    def above_used(self) -> int:
+        """Bytes the heap held at its highest since `reset`, over what it holds now (page caches stay)."""
+        return int(self.lib.sqlite3_memory_highwater(0) - self.lib.sqlite3_memory_used())
+
+
+def test_a_shard_move_holds_a_window_of_journal_not_a_shard(tmp_path: Path) -> None:
+    """Items of ~1 KB (four to a page) with random custom_ids: the lines of a window are each on a page of their
+    own, so a statement journals about a page per line. 20,000 items, ~5,000 pages: windows of 8,192 lines held
+    19 MB over what SQLite kept (its page cache), windows of 512 lines 2-3 MB."""
+    heap = SqliteHeap()
+    ledger = Ledger(str(tmp_path / "ledger.db"))
+    ledger.ensure_job(JOB, "h")
+    rows = planned(range(1, 20_001), random.Random(2), id_bytes=900)
+    for start in range(0, len(rows), 5000):
+        ledger.add_planned(JOB, rows[start : start + 5000], [])
+    count = states(ledger)["pending"]
+    heap.reset()
+    ledger.open_intent(JOB, "s00000", 1, 1, 20_000, count)
+    intent = heap.above_used()
+    heap.reset()
+    ledger.record_batch(JOB, "s00000", "b0", "anthropic", 1, count, "in_progress", 0.0)
+    record = heap.above_used()
+    assert states(ledger)["submitted"] == count
+    assert intent < 8 << 20, f"the intent's move held {intent / 2**20:.1f} MB over what it kept"
+    assert record < 8 << 20, f"the record's move held {record / 2**20:.1f} MB over what it kept"
+    ledger.close()
