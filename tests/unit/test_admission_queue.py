@@ -1,4 +1,4 @@
-"""The admission queue's rules (batch/admission_queue.py): order, fair share, the walk over the quota, cut, backoff."""
+"""The admission queue's rules (batch/admission_queue.py): order, fair share, the walk over the quota, backoff."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from barge.batch.admission_queue import (
     LocalGate,
     Waiting,
     backoff_seconds,
-    cut,
     decide,
     fits_whole,
     queue_order,
@@ -187,15 +186,6 @@ def test_the_stricter_declaration_of_a_shared_deployment_wins() -> None:
     assert BatchQuota(0, 0).tighter(BatchQuota(0, 0)) == BatchQuota()
     assert not BatchQuota().limited
     assert BatchQuota(max_live_batches=1).limited
-
-
-def test_cut_keeps_every_part_within_the_limit() -> None:
-    items = [300, 300, 300, 1200, 50, 950, 10]
-    parts = list(cut(items, lambda n: n, 1000))
-    assert parts == [[300, 300, 300], [1200], [50, 950], [10]]
-    assert [x for p in parts for x in p] == items
-    assert list(cut(items, lambda n: n, 0)) == [items]
-    assert list(cut([], lambda n: n, 10)) == []
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,41 @@ def test_shards_respect_count_and_bytes() -> None:
     assert [len(s) for s in plan.shards(items, 10, 10_000)] == [10, 10, 5]
     assert [len(s) for s in plan.shards(items, 100, 505)] == [5, 5, 5, 5, 5]
     assert [x for s in plan.shards(items, 7, 10_000) for x in s] == [c for c, _ in items]
+
+
+def test_spans_cut_parts_within_the_token_limit() -> None:
+    tokens = [300, 300, 300, 1200, 50, 950, 10]
+    rows = [(n, 10, 0, t) for n, t in enumerate(tokens, start=1)]
+    parts = [(s.first, s.last, s.tokens) for s in plan.spans(rows, 100, 10_000, 1000)]
+    assert parts == [(1, 3, 900), (4, 4, 1200), (5, 6, 1000), (7, 7, 10)]  # an item over the limit alone
+    assert [(s.first, s.last, s.count) for s in plan.spans(rows, 100, 10_000)] == [(1, 7, 7)]  # 0: no token cut
+    assert list(plan.spans([], 100, 10_000, 10)) == []
+
+
+def _parts(rows: list[tuple[int, int, int, int]], limit: int) -> list[list[tuple[int, int, int, int]]]:
+    """The reference cut by tokens (what the engine did with a shard held as a list)."""
+    out: list[list[tuple[int, int, int, int]]] = []
+    for row in rows:
+        if not out or (limit and out[-1] and sum(r[3] for r in out[-1]) + row[3] > limit):
+            out.append([])
+        out[-1].append(row)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_spans_are_the_shards_then_the_token_cut_in_one_pass(seed: int) -> None:
+    rng = random.Random(seed)
+    rows = [
+        (line, rng.randint(1, 60), rng.randint(0, 3), rng.randint(1, 40))
+        for line in sorted(rng.sample(range(1, 400), rng.randint(0, 150)))
+    ]
+    max_requests, max_bytes, max_tokens = rng.randint(1, 30), rng.randint(50, 900), rng.choice([0, 30, 100, 400])
+    expected = [
+        plan.Span(p[0][0], p[-1][0], len(p), max(r[2] for r in p), sum(r[3] for r in p))
+        for shard in plan.shards(((r, r[1]) for r in rows), max_requests, max_bytes)
+        for p in _parts(shard, max_tokens)
+    ]
+    assert list(plan.spans(rows, max_requests, max_bytes, max_tokens)) == expected
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ Admission walks that order with what is left of the quota (tokens and live batch
 
 - a job that fits the whole quota is admitted whole (all its pending shards), once all of it fits what is left;
 - a job bigger than the whole quota is admitted shard by shard: as many of its next shards as fit (its shards are
-  cut to at most the quota's tokens, see `cut`), instead of being refused;
+  cut to at most the quota's tokens, see `plan.spans`), instead of being refused;
 - the first job that cannot go stops the walk: nobody overtakes it (no backfill), so a big job is never starved
   by a stream of small ones;
 - a job that joined the queue less than `gather` seconds ago holds its place but is not admitted yet: jobs that
@@ -40,7 +40,7 @@ import contextlib
 import heapq
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -220,26 +220,6 @@ def decide(
         held,
         None if free_tokens == inf else int(max(free_tokens, 0)),
     )
-
-
-def cut(shard: Sequence[T], tokens: Callable[[T], int], limit: int) -> Iterator[list[T]]:
-    """Split a shard (consecutive pending items) into consecutive parts of at most `limit` estimated tokens, so
-    that every part of a job over the quota fits it; an item alone over the limit is a part of its own. 0: no cut."""
-    if not limit:
-        if shard:
-            yield list(shard)
-        return
-    part: list[T] = []
-    total = 0
-    for item in shard:
-        n = tokens(item)
-        if part and total + n > limit:
-            yield part
-            part, total = [], 0
-        part.append(item)
-        total += n
-    if part:
-        yield part
 
 
 def backoff_seconds(strikes: int, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:

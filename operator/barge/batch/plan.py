@@ -1,7 +1,8 @@
 """Admission and sharding: input lines -> ledger items (valid or invalid), pending items -> shards.
 
 Both stream: admission reads one line at a time and writes items in chunks; sharding walks pending items in
-line order keeping only their ids and sizes, so a job of any size plans in flat memory.
+line order keeping only their ids and sizes (`shards`, for `barge plan`), or only each shard's bounds and sums
+(`spans`, for submission), so a job of any size plans in flat memory.
 """
 
 from __future__ import annotations
@@ -140,3 +141,39 @@ def shards(items: Iterable[tuple[T, int]], max_requests: int, max_bytes: int) ->
         size += length + 1
     if current:
         yield current
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A shard of consecutive pending items, as submission needs it: lines first..last, and sums over them."""
+
+    first: int
+    last: int
+    count: int
+    tries: int  # the most attempts any of its items made so far
+    tokens: int  # estimated input tokens
+
+
+def spans(
+    rows: Iterable[tuple[int, int, int, int]], max_requests: int, max_bytes: int, max_tokens: int = 0
+) -> Iterator[Span]:
+    """The shards of `rows` (line, encoded size, attempts, estimated tokens; in line order) cut as `shards` cuts
+    them, each then cut into consecutive parts of at most `max_tokens` estimated tokens (0: no such cut; an item
+    alone over it is a part of its own), so that every part of a job over a deployment's batch quota fits it; in
+    one pass that holds no row. Why: a shard held as a list of its rows cost ~25 MB of Python objects per 100,000
+    items, and left the heap that much larger for the rest of the run (bench/README.md, third round)."""
+    first = last = count = tries = tokens = 0  # the part being built (count 0: none)
+    held = size = 0  # items and bytes of the shard being built (parts of it already yielded included)
+    for line, length, attempts, estimate in rows:
+        if held and (held >= max_requests or size + length + 1 > max_bytes):
+            yield Span(first, last, count, tries, tokens)
+            count = held = size = 0
+        elif count and max_tokens and tokens + estimate > max_tokens:
+            yield Span(first, last, count, tries, tokens)
+            count = 0
+        if not count:
+            first, tries, tokens = line, attempts, 0
+        last, count, tries, tokens = line, count + 1, max(tries, attempts), tokens + estimate
+        held, size = held + 1, size + length + 1
+    if count:
+        yield Span(first, last, count, tries, tokens)

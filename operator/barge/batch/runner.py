@@ -242,22 +242,20 @@ class JobRunner:
         for _, cid, payload in items:  # pages of 1,000 payloads (~2 MB at 2 KB each): memory stays flat
             yield self.encode_line(cid, payload)
 
-    def _shards(self) -> Iterator[tuple[int, int, int, int, int]]:
-        """(first line, last line, count, max attempts so far, estimated tokens) of each shard of the pending items,
-        cut by count and by encoded bytes (the same `plan.shards` that `barge plan` shows), and on a deployment with
-        a batch quota by estimated tokens, so that every shard of a job over the quota fits it."""
+    def _shards(self) -> Iterator[plan.Span]:
+        """The shards of the pending items, cut by count and by encoded bytes (as `plan.shards`, which `barge plan`
+        shows), and on a deployment with a batch quota by estimated tokens, so that every shard of a job over the
+        quota fits it. Streamed (`plan.spans`): no shard's rows are held."""
         limit = min(self.provider.max_requests, self.settings.max_shard_requests or self.provider.max_requests)
         max_bytes = min(self.provider.max_bytes, self.settings.max_shard_bytes or self.provider.max_bytes)
         self._measure_unsized()
         rows = (
-            ((line, tries, tokens), size)
+            (int(line), int(size), int(tries), int(tokens))
             for line, size, tries, tokens in self.ledger.iter_items(
                 self.job.key, "size, attempts, est_tokens", ("pending",)
             )
         )
-        for shard in plan.shards(rows, limit, max_bytes):
-            for part in admission_queue.cut(shard, lambda row: int(row[2]), self.admission.max_shard_tokens):
-                yield part[0][0], part[-1][0], len(part), max(r[1] for r in part), sum(int(r[2]) for r in part)
+        yield from plan.spans(rows, limit, max_bytes, self.admission.max_shard_tokens)
 
     def _measure_unsized(self) -> None:
         """Items planned before sizes were recorded (size 0) are measured once, so no shard is cut blind. Once per
@@ -278,11 +276,11 @@ class JobRunner:
         if not self.budget.within(self.on_event):
             return
         shards = list(self._shards())
-        async with self.admission.turn([s[4] for s in shards]) as admitted:  # the deployment's batch quota
-            for first, last, count, tries, _ in shards[:admitted]:
+        async with self.admission.turn([s.tokens for s in shards]) as admitted:  # the deployment's batch quota
+            for s in shards[:admitted]:
                 # Shielded: a daemon cancelled mid-create (the job is being deleted) still records what it created,
                 # and holds the guard until then, so the delete handler sees and cancels that batch too.
-                self._inflight = asyncio.ensure_future(self._create(first, last, count, tries))
+                self._inflight = asyncio.ensure_future(self._create(s.first, s.last, s.count, s.tries))
                 if not await asyncio.shield(self._inflight):
                     return
 
