@@ -2,11 +2,18 @@
 
 Every input line appears in exactly one of the two: succeeded and refused items in results.jsonl, invalid
 and failed items in failures.jsonl (with the line number and the reason).
+
+Each file reads its states one at a time, each in line order, merged here: `ix_items_state` (job, state, line)
+then serves every page in order. Asked for two states at once, PostgreSQL read every remaining item of both and
+sorted them for each page of 5,000 (quadratic: 1.3-2 s of server time for 100,000 results).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
+from operator import itemgetter
+from typing import Any
 
 import orjson
 
@@ -21,9 +28,14 @@ RESULT_COLUMNS = (
 )
 
 
+def _in_line_order(ledger: Ledger, job: str, columns: str, states: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+    """`ledger.iter_items` of the states, one state per query, merged by line (lines are unique in a job)."""
+    return heapq.merge(*(ledger.iter_items(job, columns, (s,)) for s in states), key=itemgetter(0))
+
+
 def result_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
-    for _, item_id, cid, state, output, tin, tout, tcr, tcw, via, attempts in ledger.iter_items(
-        job, RESULT_COLUMNS, RESULT_STATES
+    for _, item_id, cid, state, output, tin, tout, tcr, tcw, via, attempts in _in_line_order(
+        ledger, job, RESULT_COLUMNS, RESULT_STATES
     ):
         yield orjson.dumps(
             {
@@ -44,8 +56,8 @@ def result_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
 
 
 def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
-    for line, item_id, cid, state, reason, error_type in ledger.iter_items(
-        job, "item_id, custom_id, state, reason, error_type", FAILURE_STATES
+    for line, item_id, cid, state, reason, error_type in _in_line_order(
+        ledger, job, "item_id, custom_id, state, reason, error_type", FAILURE_STATES
     ):
         yield orjson.dumps(
             {
