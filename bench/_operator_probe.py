@@ -152,6 +152,13 @@ def patch() -> None:
         finally:
             for task in tasks:
                 task.cancel()
+            if os.environ.get("BENCH_HEAP"):  # what the collector tracks at the end, by type (the biggest 25)
+                counted: dict[str, int] = {}
+                for obj in gc.get_objects():
+                    name = type(obj).__qualname__
+                    counted[name] = counted.get(name, 0) + 1
+                stats["heap"] = dict(sorted(counted.items(), key=lambda kv: -kv[1])[:25])
+                stats["heap_frozen"] = gc.get_freeze_count()
             dump()
 
     kopf.operator = probed
