@@ -39,7 +39,9 @@ def log_off_the_loop() -> logging.handlers.QueueListener:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    logging.basicConfig(level=logging.INFO, handlers=[logging.handlers.QueueHandler(records)], force=True)
+    queued = logging.handlers.QueueHandler(records)
+    queued.setFormatter(logging.Formatter("%(message)s"))  # the message only: `handler` adds the rest once
+    logging.basicConfig(level=logging.INFO, handlers=[queued], force=True)
     listener = logging.handlers.QueueListener(records, handler, respect_handler_level=True)
     listener.start()
     return listener
