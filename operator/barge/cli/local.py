@@ -121,7 +121,6 @@ def plan_command(manifest_path: Path) -> None:
 def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
     """Print the plan of one job; its tables fit an 80-column terminal."""
     job = build_job(manifest, manifest_path)
-    zygote.SERVER.warm()  # the planner server imports on the other core while this process loads its SDK
     spec = job.spec
     provider = make_provider(
         spec.provider.type, "plan-only", base_url=spec.provider.base_url, api_version=spec.provider.api_version
