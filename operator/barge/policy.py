@@ -213,12 +213,17 @@ def address_allowed(policy: Policy, host: str, address: str) -> bool:
 Resolver = Callable[[str], list[str]]
 
 
+def endpoint_host(base_url: str) -> str:
+    """The host a base URL names, as the endpoint checks compare it (lower case, no trailing dot; "" for none)."""
+    return (urlsplit(base_url).hostname or "").lower().rstrip(".")
+
+
 def check_endpoint(policy: Policy, provider: str, base_url: str, resolve: Resolver | None = None) -> None:
     """A provider base URL: an allowed host, https unless allowlisted, and (with `resolve`) allowed addresses."""
     if not base_url:
         return  # the SDK's own default host
     parts = urlsplit(base_url)
-    host = (parts.hostname or "").lower().rstrip(".")
+    host = endpoint_host(base_url)
     if parts.scheme not in ("http", "https") or not host:
         raise Refused("EndpointPolicy", f"baseURL {base_url!r} is not an http(s) URL with a host")
     if parts.username or parts.password:

@@ -30,6 +30,7 @@ from barge.policy import (
     check_extra_flags,
     check_image,
     check_storage,
+    endpoint_host,
     tenant_of,
 )
 from barge.storage import StorageError, StoragePolicy, credential_endpoints, credential_options
@@ -62,7 +63,7 @@ ADDRESSES: TTLCache[str, list[str]] = TTLCache(TTL_SECONDS)
 
 async def check_base_url(policy: Policy, provider: str, base_url: str) -> None:
     check_endpoint(policy, provider, base_url)  # what needs no DNS first: a refused URL is never resolved
-    host = (urlsplit(base_url).hostname or "").lower().rstrip(".")
+    host = endpoint_host(base_url)
     if not host:
         return
     try:
