@@ -104,10 +104,11 @@ def test_sandbox_refuses_attribute_escapes() -> None:
 
 
 def test_shards_respect_count_and_bytes() -> None:
-    items = [(f"c{n}", 100) for n in range(25)]
-    assert [len(s) for s in plan.shards(items, 10, 10_000)] == [10, 10, 5]
-    assert [len(s) for s in plan.shards(items, 100, 505)] == [5, 5, 5, 5, 5]
-    assert [x for s in plan.shards(items, 7, 10_000) for x in s] == [c for c, _ in items]
+    items = [(n, 100, 0, 25) for n in range(1, 26)]
+    assert [s.count for s in plan.spans(items, 10, 10_000)] == [10, 10, 5]
+    assert [(s.count, s.size) for s in plan.spans(items, 100, 505)] == [(5, 500)] * 5  # 5 x (100 + 1 separator)
+    assert [(s.first, s.last) for s in plan.spans(items, 7, 10_000)] == [(1, 7), (8, 14), (15, 21), (22, 25)]
+    assert [(s.count, s.size) for s in plan.spans([(1, 900, 0, 1), (2, 10, 0, 1)], 10, 500)] == [(1, 900), (1, 10)]
 
 
 def test_spans_cut_parts_within_the_token_limit() -> None:
@@ -117,6 +118,21 @@ def test_spans_cut_parts_within_the_token_limit() -> None:
     assert parts == [(1, 3, 900), (4, 4, 1200), (5, 6, 1000), (7, 7, 10)]  # an item over the limit alone
     assert [(s.first, s.last, s.count) for s in plan.spans(rows, 100, 10_000)] == [(1, 7, 7)]  # 0: no token cut
     assert list(plan.spans([], 100, 10_000, 10)) == []
+
+
+def _shards(
+    rows: list[tuple[int, int, int, int]], max_requests: int, max_bytes: int
+) -> list[list[tuple[int, int, int, int]]]:
+    """The reference cut by count and bytes (each request and its separator byte), holding every row."""
+    out: list[list[tuple[int, int, int, int]]] = []
+    size = 0
+    for row in rows:
+        if not out or len(out[-1]) >= max_requests or size + row[1] + 1 > max_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(row)
+        size += row[1] + 1
+    return out
 
 
 def _parts(rows: list[tuple[int, int, int, int]], limit: int) -> list[list[tuple[int, int, int, int]]]:
@@ -138,8 +154,8 @@ def test_spans_are_the_shards_then_the_token_cut_in_one_pass(seed: int) -> None:
     ]
     max_requests, max_bytes, max_tokens = rng.randint(1, 30), rng.randint(50, 900), rng.choice([0, 30, 100, 400])
     expected = [
-        plan.Span(p[0][0], p[-1][0], len(p), max(r[2] for r in p), sum(r[3] for r in p))
-        for shard in plan.shards(((r, r[1]) for r in rows), max_requests, max_bytes)
+        plan.Span(p[0][0], p[-1][0], len(p), max(r[2] for r in p), sum(r[3] for r in p), sum(r[1] for r in p))
+        for shard in _shards(rows, max_requests, max_bytes)
         for p in _parts(shard, max_tokens)
     ]
     assert list(plan.spans(rows, max_requests, max_bytes, max_tokens)) == expected

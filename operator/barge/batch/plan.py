@@ -1,8 +1,8 @@
 """Admission and sharding: input lines -> ledger items (valid or invalid), pending items -> shards.
 
-Both stream: admission reads one line at a time and writes items in chunks; sharding walks pending items in
-line order keeping only their ids and sizes (`shards`, for `barge plan`), or only each shard's bounds and sums
-(`spans`, for submission), so a job of any size plans in flat memory.
+Both stream: admission reads one line at a time and writes items in chunks; sharding (`spans`, for submission
+and for `barge plan` alike) walks pending items in line order keeping only each shard's bounds and sums, so a job
+of any size plans in flat memory.
 """
 
 from __future__ import annotations
@@ -10,14 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from barge.api.batchjob import RequestSpec
 from barge.batch.render import ItemError, Renderer
 from barge.providers.base import Request
 from barge.providers.encoding import line_encoder
-
-T = TypeVar("T")
 
 #: One request over this many encoded bytes is refused: it is far beyond any model's context window.
 MAX_REQUEST_BYTES = 1024 * 1024
@@ -127,22 +125,6 @@ def admit(
         yield admit_line(number, raw, renderer, factory, encode, seen, max_request_bytes)
 
 
-def shards(items: Iterable[tuple[T, int]], max_requests: int, max_bytes: int) -> Iterator[list[T]]:
-    """Group (key, encoded size) into shards under the provider's count and byte limits (each request is
-    followed by one separator byte). A request alone over `max_bytes` still gets a shard of its own: admission
-    already refused anything over MAX_REQUEST_BYTES, far below every provider's limit."""
-    current: list[T] = []
-    size = 0
-    for key, length in items:
-        if current and (len(current) >= max_requests or size + length + 1 > max_bytes):
-            yield current
-            current, size = [], 0
-        current.append(key)
-        size += length + 1
-    if current:
-        yield current
-
-
 @dataclass(frozen=True, slots=True)
 class Span:
     """A shard of consecutive pending items, as submission needs it: lines first..last, and sums over them."""
@@ -152,28 +134,31 @@ class Span:
     count: int
     tries: int  # the most attempts any of its items made so far
     tokens: int  # estimated input tokens
+    size: int  # encoded bytes of its requests (without the separator after each)
 
 
 def spans(
     rows: Iterable[tuple[int, int, int, int]], max_requests: int, max_bytes: int, max_tokens: int = 0
 ) -> Iterator[Span]:
-    """The shards of `rows` (line, encoded size, attempts, estimated tokens; in line order) cut as `shards` cuts
-    them, each then cut into consecutive parts of at most `max_tokens` estimated tokens (0: no such cut; an item
+    """The shards of `rows` (line, encoded size, attempts, estimated tokens; in line order) under the provider's
+    count and byte limits (each request is followed by one separator byte; a request alone over `max_bytes` still
+    gets a shard of its own: admission already refused anything over MAX_REQUEST_BYTES, far below every provider's
+    limit), each then cut into consecutive parts of at most `max_tokens` estimated tokens (0: no such cut; an item
     alone over it is a part of its own), so that every part of a job over a deployment's batch quota fits it; in
     one pass that holds no row. Why: a shard held as a list of its rows cost ~25 MB of Python objects per 100,000
     items, and left the heap that much larger for the rest of the run (bench/README.md, third round)."""
-    first = last = count = tries = tokens = 0  # the part being built (count 0: none)
+    first = last = count = tries = tokens = part = 0  # the part being built (count 0: none), `part` its bytes
     held = size = 0  # items and bytes of the shard being built (parts of it already yielded included)
     for line, length, attempts, estimate in rows:
         if held and (held >= max_requests or size + length + 1 > max_bytes):
-            yield Span(first, last, count, tries, tokens)
+            yield Span(first, last, count, tries, tokens, part)
             count = held = size = 0
         elif count and max_tokens and tokens + estimate > max_tokens:
-            yield Span(first, last, count, tries, tokens)
+            yield Span(first, last, count, tries, tokens, part)
             count = 0
         if not count:
-            first, tries, tokens = line, attempts, 0
-        last, count, tries, tokens = line, count + 1, max(tries, attempts), tokens + estimate
+            first, tries, tokens, part = line, attempts, 0, 0
+        last, count, tries, tokens, part = line, count + 1, max(tries, attempts), tokens + estimate, part + length
         held, size = held + 1, size + length + 1
     if count:
-        yield Span(first, last, count, tries, tokens)
+        yield Span(first, last, count, tries, tokens, part)

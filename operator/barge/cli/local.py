@@ -128,7 +128,7 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
     factory = planning.RequestFactory(job.model, spec.request)
     renderer = Renderer(spec, job.run_date, job.tenant)
     table = prices.load(Path(os.environ["BARGE_PRICES"]) if os.environ.get("BARGE_PRICES") else None)
-    valid: list[tuple[str, int]] = []
+    valid: list[tuple[int, int, int, int]] = []  # (line, encoded size, attempts, estimated tokens), as plan.spans
     invalid: list[dict[str, Any]] = []
     tokens = 0
     try:
@@ -136,12 +136,12 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
             if row["state"] == "invalid":
                 invalid.append(row)
                 continue
-            valid.append((row["custom_id"], row["size"]))
+            valid.append((row["line"], row["size"], 0, row["est_tokens"]))
             tokens += row["est_tokens"]
     except StorageError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    shards = list(planning.shards(valid, provider.max_requests, provider.max_bytes))
+    shards = list(planning.spans(valid, provider.max_requests, provider.max_bytes))
     usage = Usage(input_tokens=tokens, output_tokens=len(valid) * spec.request.max_tokens)
     out = Console()
     summary = Table(
@@ -161,9 +161,8 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
     )
     summary.caption = "in tok: estimated; out tok: maxTokens each; batch, sync: cost at most"
     out.print(summary)
-    sizes = dict(valid)
     for n, shard in enumerate(shards):
-        out.print(f"shard {n}: {len(shard)} requests, {sum(sizes[c] for c in shard) / 1e6:.1f} MB")
+        out.print(f"shard {n}: {shard.count} requests, {shard.size / 1e6:.1f} MB")
     if table.price(job.model) is None:
         out.print(f"[yellow]no price known for {job.model!r}: costs show 0 (set BARGE_PRICES)[/yellow]")
     for row in invalid[:50]:
