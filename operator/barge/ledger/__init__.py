@@ -6,18 +6,22 @@ Results are applied chunk by chunk; each chunk moves its items out of `submitted
 batch in one transaction, so a crash mid-ingestion neither loses nor double-counts anything.
 
 Hot paths use the driver's executemany with keyset-paginated reads: SQLAlchemy's per-row processing would
-cost ten times more at 100,000 items.
+cost ten times more at 100,000 items. On SQLite the plan's rows go in as the planner process wrote them (JSON,
+parsed by SQLite inside one INSERT per frame), and the plan and submission's two state moves count items
+themselves with the count triggers paused (ledger/summary.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, update
 
 from barge.ledger import bulk, pages, summary
@@ -35,6 +39,18 @@ _INSERT_ITEM = (
     "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
     "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, '', 0, 0, 0, 0) ON CONFLICT (job, custom_id) DO NOTHING"
 )
+#: SQLite: a frame of planned items (a JSON array of `PLANNED` lists) inserted by one statement, parsed by SQLite: the
+#: rows are neither decoded nor bound one by one in Python, and the statement runs without the GIL (the plan's writer
+#: thread bound 2,000 rows per call holding it, against the event loop's thread).
+_INSERT_FRAME = (
+    "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
+    "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
+    "SELECT ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, 0, value ->> 4, value ->> 5, value ->> 6, "
+    "value ->> 7, '', 0, 0, 0, 0 FROM json_each(?) WHERE true ON CONFLICT (job, custom_id) DO NOTHING"
+)
+_FRAME_STATES = "SELECT value ->> 3, COUNT(*) FROM json_each(?) GROUP BY 1"
+#: SQLite's JSON ends a string at an escaped NUL: a frame holding one is bound row by row instead.
+_JSON_NUL = b"\\u0000"
 _INSERT_PAGE = (
     "INSERT INTO payload_pages (job, first_line, last_line, n, lines, text) VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (job, first_line) DO NOTHING"
@@ -50,6 +66,14 @@ _PG_INSERT_PLANNED = (
     "FROM barge_planned ON CONFLICT (job, custom_id) DO NOTHING"
 )
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+#: Submission's two state moves; each statement ends with `_LINES` (ledger/chunked.py fills in the window).
+_TO_SUBMITTING = "UPDATE items SET state = 'submitting', shard = ? WHERE job = ? AND state = 'pending'"
+_TO_SUBMITTED = (
+    "UPDATE items SET state = 'submitted', batch_id = ? WHERE job = ? AND state = 'submitting' AND shard = ?"
+)
+_LINES = " AND line BETWEEN ? AND ?"
+#: What every item holds before its first result: moved so, an item changes counts by its state alone.
+_NO_USAGE = " AND via = ''" + "".join(f" AND {c} = 0" for c in USAGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +199,7 @@ class Ledger:
     # --- items ------------------------------------------------------------------------------------------------
     def add_items(self, job: str, rows: Iterable[dict[str, Any]]) -> int:
         """Insert items (and payloads) given as dicts, ignoring ones already there (a re-plan after a crash is
-        harmless). The planner's rows take `add_planned`."""
+        harmless). The planner's rows take `add_frames`."""
         count = 0
         buffer: list[Planned] = []
         texts: list[tuple[int, str]] = []
@@ -212,10 +236,12 @@ class Ledger:
         """Items (`PLANNED` sequences) and their payload pages in one transaction, ignoring ones already there (a
         re-plan after a crash writes the same lines again). PostgreSQL: COPY into a temporary table and one
         INSERT ... SELECT (one round trip, and one run of the count trigger, instead of one per row)."""
+        if not self.postgres:
+            return self.add_frames(job, [orjson.dumps(rows)] if rows else [], payload_pages)
         with self.engine.begin() as conn:
             cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
-                if self.postgres and len(rows) >= bulk.COPY_MIN:
+                if len(rows) >= bulk.COPY_MIN:
                     cursor.execute(_PG_PLANNED)
                     with cursor.copy(f"COPY barge_planned ({', '.join(PLANNED)}) FROM STDIN") as copy:
                         for row in rows:
@@ -228,6 +254,57 @@ class Ledger:
             finally:
                 cursor.close()
         return len(rows)
+
+    def add_frames(self, job: str, frames: Sequence[bytes], payload_pages: Sequence[pages.Page]) -> int:
+        """`add_planned` of rows as the planner process sends them: frames, each a JSON array of `PLANNED` lists.
+        SQLite inserts each frame with one statement and counts the rows itself, the count triggers paused
+        (ledger/summary.py); if any row was there already (a re-plan), the transaction is rolled back and written
+        again with the triggers on. The number of rows offered."""
+        if self.postgres:
+            return self.add_planned(job, [row for frame in frames for row in orjson.loads(frame)], payload_pages)
+        with self.engine.connect() as conn:
+            with conn.begin() as transaction:
+                offered = self._insert_frames(conn, job, frames, payload_pages, count=True)
+                if offered is not None:
+                    return offered
+                transaction.rollback()
+            with conn.begin():
+                offered = self._insert_frames(conn, job, frames, payload_pages, count=False)
+        assert offered is not None
+        return offered
+
+    def _insert_frames(
+        self, conn: Connection, job: str, frames: Sequence[bytes], payload_pages: Sequence[pages.Page], *, count: bool
+    ) -> int | None:
+        """SQLite, in the caller's transaction: the frames' rows and the pages; the number of rows offered. With
+        `count`, the triggers are paused and the rows counted by state here: None when some row was not inserted
+        (the caller must roll back: its counts are unknown)."""
+        cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            paused = count and summary.pause(cursor)
+            states: Counter[str] = Counter()
+            inserted = 0
+            for frame in frames:
+                if _JSON_NUL in frame:
+                    rows = orjson.loads(frame)
+                    cursor.executemany(_INSERT_ITEM, [(job, *r) for r in rows])
+                    inserted += cursor.rowcount
+                    states.update(str(r[3]) for r in rows)
+                else:
+                    text = frame.decode()
+                    cursor.execute(_INSERT_FRAME, (job, text))
+                    inserted += cursor.rowcount
+                    states.update({str(state): int(n) for state, n in cursor.execute(_FRAME_STATES, (text,))})
+            if payload_pages:
+                cursor.executemany(_INSERT_PAGE, [(job, *p) for p in payload_pages])
+            if paused:
+                summary.resume(cursor)
+                if inserted != states.total():
+                    return None
+                summary.add(cursor, False, {(job, state, ""): [n, 0, 0, 0, 0] for state, n in states.items()})
+            return states.total()
+        finally:
+            cursor.close()
 
     def iter_items(
         self,
@@ -342,16 +419,8 @@ class Ledger:
                     created_at=time.time(),
                 )
             )
-            moved = update_lines(
-                conn,
-                self._sql(
-                    "UPDATE items SET state = 'submitting', shard = ? WHERE job = ? AND state = 'pending' "
-                    "AND line BETWEEN ? AND ?"
-                ),
-                (shard, job),
-                first_line,
-                last_line,
-            )
+            lines, states = (first_line, last_line), ("pending", "submitting")
+            moved = self._move(conn, job, _TO_SUBMITTING, (shard, job), lines, states)
             if moved != count:
                 raise RuntimeError(f"shard {shard}: expected {count} pending items, found {moved}")
 
@@ -392,14 +461,39 @@ class Ledger:
                 .where(intents.c.job == job, intents.c.shard == shard)
                 .values(state="created", batch_id=batch_id)
             )
-            lines = "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND shard = ?"
-            first, last = conn.exec_driver_sql(self._sql(lines), (job, shard)).one()
-            if first is not None:  # the shard's items, window by window of lines (ledger/chunked.py)
-                sql = (
-                    "UPDATE items SET state = 'submitted', batch_id = ? WHERE job = ? AND state = 'submitting' "
-                    "AND shard = ? AND line BETWEEN ? AND ?"
-                )
-                update_lines(conn, self._sql(sql), (batch_id, job, shard), int(first), int(last))
+            bounds = "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND shard = ?"
+            first, last = conn.exec_driver_sql(self._sql(bounds), (job, shard)).one()
+            if first is not None:
+                lines, states = (int(first), int(last)), ("submitting", "submitted")
+                self._move(conn, job, _TO_SUBMITTED, (batch_id, job, shard), lines, states)
+
+    def _move(
+        self,
+        conn: Connection,
+        job: str,
+        sql: str,
+        params: tuple[Any, ...],
+        lines: tuple[int, int],
+        states: tuple[str, str],
+    ) -> int:
+        """A shard's items moved from one state to another by `sql` (+ `_LINES`), window by window of lines
+        (ledger/chunked.py), in the caller's transaction; the number moved. On SQLite the items with no usage and
+        `via` '' (every item, unless one kept a failed attempt's) move with the count triggers paused and are
+        counted here, by their state alone; then any other item of the lines moves with the triggers on."""
+        moved = 0
+        if not self.postgres:
+            cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                if summary.pause(cursor):
+                    moved = update_lines(conn, sql + _NO_USAGE + _LINES, params, *lines)
+                    summary.resume(cursor)
+                    before, after = states
+                    summary.add(
+                        cursor, False, {(job, before, ""): [-moved, 0, 0, 0, 0], (job, after, ""): [moved, 0, 0, 0, 0]}
+                    )
+            finally:
+                cursor.close()
+        return moved + update_lines(conn, self._sql(sql + _LINES), params, *lines)
 
     def abandon_intent(self, job: str, shard: str) -> None:
         """The create certainly did not land: release the items to pending."""

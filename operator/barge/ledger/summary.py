@@ -8,13 +8,16 @@ and an idempotent re-apply moves nothing. SQL, not Python at each write site, so
 
 The two dialects keep it differently, because of what a hot row costs each:
 - SQLite: a row trigger upserts the job's count row. SQLite updates a row in place, so the per-row cost is two
-  B-tree steps on a small table (a few microseconds). That was still 40% of ingestion's ledger write, so the bulk
-  path that moves a batch's items out of `submitted` (ledger/bulk.py) may pause the update trigger for its own
-  statements, in its own transaction, and add their counts itself (`add`): it changes only rows that match what a
-  submitted item holds (state, via, usage), so every changed row is known before and after, and if any row did
-  not match it rolls the whole transaction back and applies the chunk again with the trigger on. The pause is a row in
-  `item_counts_paused`, inserted and deleted inside that transaction: no other writer (SQLite has one at a time)
-  and no committed state ever sees it.
+  B-tree steps on a small table (a few microseconds). That was still 40% of ingestion's ledger write, and 30-40%
+  of the plan's item inserts and of submission's two state moves, so those bulk writers pause the insert and
+  update triggers for their own statements, in their own transaction, and add the counts themselves (`add`):
+  ingestion (ledger/bulk.py) changes only rows that match what a submitted item holds (state, via, usage), and if
+  any row did not match it rolls the whole transaction back and applies the chunk again with the trigger on; the
+  plan counts the rows it inserted by state, and if any was there already (a re-plan) it rolls back and inserts
+  again with the trigger on; the intent's and the record's moves change only items with no usage and `via` ''
+  while paused, and move any other item of the shard afterwards with the trigger on. So every changed row is
+  known before and after. The pause is a row in `item_counts_paused`, inserted and deleted inside that
+  transaction: no other writer (SQLite has one at a time) and no committed state ever sees it.
 - PostgreSQL: every UPDATE of a row writes a new version, and versions written by a transaction that is still
   open cannot be pruned: one count row updated once per item in a 5,000-item transaction made ingestion five
   times slower. So a statement trigger appends, per statement, the net change it made (from its transition
@@ -37,15 +40,16 @@ from sqlalchemy import Connection, Engine
 COUNTED = ("n", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 USAGE = COUNTED[1:]
 #: Bump when the triggers change: `install` then replaces them and recounts.
-VERSION = "v2"
+VERSION = "v3"
 PREFIX = f"items_counts_{VERSION}_"
 KEY = "job, state, via"
 _ALL = f"{KEY}, {', '.join(COUNTED)}"
 _ADD = ", ".join(f"{c} = item_counts.{c} + excluded.{c}" for c in COUNTED)
 _CHANGED = " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in ("job", "state", "via", *USAGE))
-#: SQLite: while this table has a row, the update trigger counts nothing (the writer counts, see `add`).
+#: SQLite: while this table has a row, the insert and update triggers count nothing (the writer counts, see `add`).
 PAUSED = "item_counts_paused"
-PAUSE_CLAUSE = f" AND NOT EXISTS (SELECT 1 FROM {PAUSED})"
+UNPAUSED = f"NOT EXISTS (SELECT 1 FROM {PAUSED})"
+PAUSE_CLAUSE = f" AND {UNPAUSED}"
 _WANTED = frozenset(f"{PREFIX}{op}" for op in ("insert", "update", "delete"))
 
 
@@ -59,9 +63,9 @@ def _sqlite_triggers() -> list[str]:
         upsert.format(rows=r) for r in (row("", "NEW"), row("-", "OLD"), f"{row('-', 'OLD')}, {row('', 'NEW')}")
     )
     return [
-        f"CREATE TRIGGER {PREFIX}insert AFTER INSERT ON items BEGIN {plus} END",
-        f"CREATE TRIGGER {PREFIX}delete AFTER DELETE ON items BEGIN {minus} END",
         f"CREATE TABLE IF NOT EXISTS {PAUSED} (paused INTEGER NOT NULL)",
+        f"CREATE TRIGGER {PREFIX}insert AFTER INSERT ON items WHEN {UNPAUSED} BEGIN {plus} END",
+        f"CREATE TRIGGER {PREFIX}delete AFTER DELETE ON items BEGIN {minus} END",
         f"CREATE TRIGGER {PREFIX}update AFTER UPDATE OF {columns} ON items "
         f"WHEN ({_CHANGED}){PAUSE_CLAUSE} BEGIN {both} END",
     ]
@@ -141,9 +145,9 @@ def recount_sql(table: str) -> str:
 
 
 def pause(cursor: Any) -> bool:
-    """SQLite, in the caller's write transaction (this takes its lock): pause the update trigger, if the installed
-    triggers are this version's (an older Barge may have put back its own, which know no pause). `resume` before
-    the transaction ends."""
+    """SQLite, in the caller's write transaction (this takes its lock): pause the insert and update triggers, if the
+    installed triggers are this version's (an older Barge may have put back its own, which know no pause). `resume`
+    before the transaction ends. Deletes are always counted by their trigger."""
     cursor.execute(f"INSERT INTO {PAUSED} (paused) VALUES (1)")
     cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'items'")
     if {str(r[0]) for r in cursor.fetchall() if str(r[0]).startswith("items_counts_")} == _WANTED:
