@@ -16,10 +16,11 @@ The sandbox (sandbox.py) refuses what it can see coming; this process bounds the
   milliseconds to start instead of the interpreter's and its imports' ~0.4 CPU seconds.
 
 The parent streams input lines to the child (length-prefixed frames) and the child answers with length-prefixed
-frames: the rows as JSON lists (`ledger.PLANNED` order) and the frame's payloads as one page (ledger/pages.py: an
-index of line, end pairs in the JSON, the UTF-8 text after it, never decoded by the parent). The parent writes
-them into the ledger in large chunks in a thread while the child renders the next ones; input is read in a
-thread too, so the operator's event loop never waits on storage or on the ledger.
+frames: the rows as a JSON array of lists (`ledger.PLANNED` order) and the frame's payloads as one page
+(ledger/pages.py: the index of line, end pairs packed, the UTF-8 text after it). The parent decodes neither: it
+hands the rows' JSON to the ledger as it came (SQLite parses it inside one INSERT, `Ledger.add_frames`) and the
+page as bytes, in large chunks in a thread while the child renders the next ones; input is read in a thread
+too, so the operator's event loop never waits on storage or on the ledger.
 The child side is `child()`: zygote.py forks it; `python -m barge.batch.planner` runs it alone, for debugging.
 """
 
@@ -27,10 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import resource
 import signal
 import struct
 import sys
+from array import array
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -52,12 +55,16 @@ if TYPE_CHECKING:
     from barge.ledger.pages import Page
 
 FRAME = struct.Struct("!QI")  # line number, length
-ROWS = struct.Struct("!II")  # a frame from the child: length of its JSON (rows, page index), of its page's text
+#: A frame from the child: the lengths of its rows (JSON), of its page's index (int64 pairs, little-endian), of its
+#: page's text, and of a plan error (UTF-8; 0: none), which follow in that order.
+ROWS = struct.Struct("!IIII")
 ROWS_BYTES = 1 << 20  # the child sends a frame of rows once it holds this many bytes ...
 ROWS_COUNT = 2000  # ... or this many rows
 WRITE_BYTES = 4 << 20  # rows per ledger write (one transaction): about this many payload bytes ...
 WRITE_ROWS = 20_000  # ... or this many rows; at most two such chunks are held (one being written)
+WRITE_FRAMES = WRITE_ROWS // ROWS_COUNT  # ... or this many frames of rows
 LIMIT_ERRORS = ("template_timeout", "resource_limit", "template_limit")
+READ_BYTES = 1 << 20  # the child's read buffer on its input: each read empties the pipe (see child())
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,7 @@ async def plan(
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
     from barge.ledger import pages  # the parent only: the child never imports the ledger (SQLAlchemy)
 
-    rows: list[list[Any]] = []
+    rows: list[bytes] = []  # frames of rows, as the child sent them (JSON)
     held_pages: list[Page] = []
     written = 0
     error = ""
@@ -151,7 +158,7 @@ async def plan(
             writer = None
         if rows:
             chunk, chunk_pages, rows, held_pages = rows, held_pages, [], []
-            writer = asyncio.ensure_future(loop.run_in_executor(pool, ledger.add_planned, key, chunk, chunk_pages))
+            writer = asyncio.ensure_future(loop.run_in_executor(pool, ledger.add_frames, key, chunk, chunk_pages))
 
     async def feed() -> None:
         header = {"job": asdict(job), "limits": asdict(limits)}
@@ -161,9 +168,8 @@ async def plan(
             out = bytearray()  # one pipe write per chunk of lines (a write per line cost 4 us of the event loop)
             for number, raw in chunk:
                 if isinstance(raw, OversizeLine):  # never sent: the parent knows the answer
-                    rows.append(
-                        planned(invalid_row(number, "line_too_long", f"line of {raw.length} bytes is over the limit"))
-                    )
+                    row = invalid_row(number, "line_too_long", f"line of {raw.length} bytes is over the limit")
+                    rows.append(orjson.dumps([planned(row)]))
                     continue
                 out += FRAME.pack(number, len(raw))
                 out += raw
@@ -177,20 +183,20 @@ async def plan(
         held = 0
         while True:
             try:
-                meta_length, text_length = ROWS.unpack(await stdout.readexactly(ROWS.size))
-                frame: dict[str, Any] = orjson.loads(await stdout.readexactly(meta_length))
-                text = await stdout.readexactly(text_length) if text_length else b""
+                lengths = ROWS.unpack(await stdout.readexactly(ROWS.size))
+                frame, index, text, said = [await stdout.readexactly(n) if n else b"" for n in lengths]
             except asyncio.IncompleteReadError:
                 return  # the child is done (or died: its exit code says why)
-            rows.extend(frame["rows"])
-            page = pages.of(frame["index"], text)
+            if frame:
+                rows.append(frame)
+            page = pages.packed(index, text)
             if page is not None:
                 held_pages.append(page)
-            if "plan_error" in frame:
-                error = str(frame["plan_error"])
+            if said:
+                error = said.decode(errors="replace")
                 return
-            held += len(text)
-            if held >= WRITE_BYTES or len(rows) >= WRITE_ROWS:
+            held += len(text) + len(frame)
+            if held >= WRITE_BYTES or len(rows) >= WRITE_FRAMES:
                 held = 0
                 await flush()
 
@@ -241,8 +247,18 @@ def _read_exact(stream: Any, n: int) -> bytes:
     return bytes(data) if data else b""
 
 
+def _reader(stream: Any) -> Any:
+    """A reader of the same file with a large buffer: read in 8 KiB (the default), the input pipe woke the parent's
+    writer once per 8 KiB (40,000 times per 100,000 lines of 2 KB, a second of its event loop)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return stream  # not a file (a test's BytesIO)
+    return open(fd, "rb", buffering=READ_BYTES, closefd=False)  # the caller owns the fd
+
+
 def child(stdin: Any = None, stdout: Any = None) -> int:
-    stdin = stdin or sys.stdin.buffer
+    stdin = _reader(stdin or sys.stdin.buffer)  # before the first read: nothing is buffered yet
     stdout = stdout or sys.stdout.buffer
     header = orjson.loads(stdin.readline())
     limits = PlanLimits(**header["limits"])
@@ -252,19 +268,20 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
     signal.signal(signal.SIGPROF, _on_timer)
 
     frame: list[list[Any]] = []
-    index: list[int] = []  # line, end, line, end, ... of the payloads in `texts`
+    index = array("q")  # line, end, line, end, ... of the payloads in `texts`
     texts: list[bytes] = []
     end = held = 0
 
     def send(plan_error: str = "") -> None:
-        nonlocal held, end
-        meta: dict[str, Any] = {"rows": frame, "index": index}
-        if plan_error:
-            meta["plan_error"] = plan_error
-        body, text = orjson.dumps(meta), b"".join(texts)
-        stdout.write(ROWS.pack(len(body), len(text)) + body + text)
+        nonlocal held, end, index
+        if sys.byteorder != "little":
+            index.byteswap()
+        parts = (orjson.dumps(frame) if frame else b"", index.tobytes(), b"".join(texts), plan_error.encode())
+        stdout.write(ROWS.pack(*map(len, parts)))
+        for part in parts:
+            stdout.write(part)
         frame.clear()
-        index.clear()
+        index = array("q")
         texts.clear()
         held = end = 0
 

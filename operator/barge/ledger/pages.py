@@ -48,6 +48,18 @@ def of(index: list[int], text: bytes) -> Page | None:
     return index[0], index[-2], len(index) // 2, packed.tobytes(), text
 
 
+def packed(lines: bytes, text: bytes) -> Page | None:
+    """The page of `text` whose index comes packed as stored (the planner process sends it so); None when it
+    holds no payload. Its bounds and count are read from the index, not taken from the sender."""
+    if not lines:
+        return None
+    index = array("q")
+    index.frombytes(lines)
+    if sys.byteorder != "little":
+        index.byteswap()
+    return index[0], index[-2], len(index) // 2, lines, text
+
+
 def spans(lines: bytes) -> dict[int, tuple[int, int]]:
     """A page's index as line -> (start, end) of its payload in the page's text."""
     index = array("q")
