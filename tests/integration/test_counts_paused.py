@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 import barge.ledger as ledger_module
-from barge.ledger import _INSERT_ITEM, ItemUpdate, Ledger, summary
+from barge.ledger import _INSERT_ITEM, _RETRYING, _SHARD_LINES, ItemUpdate, Ledger, summary
 from barge.ledger.chunked import update_lines
 from tests.integration.test_ledger_counts import check, counted
 
@@ -163,3 +163,22 @@ def test_sqlite_counts_the_plan_and_the_moves_without_a_trigger_per_row(tmp_path
     ledger.record_batch(JOB, "s2", "b2", "anthropic", 1, 80, "in_progress", 0.0)
     check(ledger)
     assert ledger.counts(JOB)["submitted"] == 320
+
+
+def test_sqlite_reads_one_state_through_the_state_index(tmp_path: Path) -> None:
+    """`counts`' retrying items and the record's shard bounds read the state's range of ix_items_state, not every
+    item of the job (SQLite's own choice without the `line > 0` bound), and find what the plain queries find."""
+    ledger = Ledger(str(tmp_path / "ledger.db"))
+    ledger.ensure_job(JOB, "h")
+    ledger.add_frames(JOB, frames_of(rows_of(range(1, 301))), [])
+    ledger.open_intent(JOB, "s1", 1, 101, 200, 80)
+    ledger.apply(JOB, [ItemUpdate(f"c{k:05d}", "pending", "overloaded", "retry", attempts=1) for k in (1, 2, 3)])
+    for sql, params, plain in (
+        (_RETRYING, (JOB,), "SELECT COUNT(*) FROM items WHERE job = ? AND state = 'pending' AND attempts > 0"),
+        (_SHARD_LINES, (JOB, "s1"), "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' "),
+    ):
+        plan = ledger._rows(f"EXPLAIN QUERY PLAN {sql}", params)
+        assert "ix_items_state" in str(plan), plan
+        plain += "AND shard = ?" if len(params) == 2 else ""
+        assert ledger._rows(sql, params) == ledger._rows(plain, params)
+    assert ledger.counts(JOB)["retrying"] == 3

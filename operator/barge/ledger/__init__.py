@@ -72,6 +72,12 @@ _TO_SUBMITTED = (
     "UPDATE items SET state = 'submitted', batch_id = ? WHERE job = ? AND state = 'submitting' AND shard = ?"
 )
 _LINES = " AND line BETWEEN ? AND ?"
+#: Reads of one state's items. Lines count from 1: `line > 0` keeps every item, and makes SQLite read the state's
+#: range of ix_items_state instead of every item of the job (its choice without the bound: 17 ms per 100,000).
+_RETRYING = "SELECT COUNT(*) FROM items WHERE job = ? AND state = 'pending' AND line > 0 AND attempts > 0"
+_SHARD_LINES = (
+    "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND line > 0 AND shard = ?"
+)
 #: What every item holds before its first result: moved so, an item changes counts by its state alone.
 _NO_USAGE = " AND via = ''" + "".join(f" AND {c} = 0" for c in USAGE)
 
@@ -352,9 +358,7 @@ class Ledger:
             s: int(n) for s, n in self._rows("SELECT state, COUNT(*) FROM items WHERE job = ? GROUP BY state", (job,))
         }
         out["viaFallback"] = int(self._rows("SELECT COUNT(*) FROM items WHERE job = ? AND via = 'sync'", (job,))[0][0])
-        out["retrying"] = int(
-            self._rows("SELECT COUNT(*) FROM items WHERE job = ? AND state = 'pending' AND attempts > 0", (job,))[0][0]
-        )
+        out["retrying"] = int(self._rows(_RETRYING, (job,))[0][0])
         out["budget"] = int(
             self._rows("SELECT COUNT(*) FROM items WHERE job = ? AND error_type = 'budget_exceeded'", (job,))[0][0]
         )
@@ -461,8 +465,7 @@ class Ledger:
                 .where(intents.c.job == job, intents.c.shard == shard)
                 .values(state="created", batch_id=batch_id)
             )
-            bounds = "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND shard = ?"
-            first, last = conn.exec_driver_sql(self._sql(bounds), (job, shard)).one()
+            first, last = conn.exec_driver_sql(self._sql(_SHARD_LINES), (job, shard)).one()
             if first is not None:
                 lines, states = (int(first), int(last)), ("submitting", "submitted")
                 self._move(conn, job, _TO_SUBMITTED, (batch_id, job, shard), lines, states)
