@@ -31,7 +31,7 @@ from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items
 __all__ = ["PLANNED", "TERMINAL", "ItemUpdate", "Ledger", "Planned", "normalise_url"]
 
 PAGE = 5000
-#: A planned item as the planner hands it over (`add_planned`), in this order.
+#: A planned item as the planner hands it over (`add_planned`; `add_frames`: JSON arrays of these), in this order.
 PLANNED = ("custom_id", "line", "item_id", "state", "error_type", "reason", "est_tokens", "size")
 Planned = tuple[str, int, str | None, str, str, str, int, int]
 _INSERT_ITEM = (
