@@ -1,0 +1,102 @@
+"""SQLite applies a batch's results with the item-count update trigger dropped for the statement and put back in
+the same transaction (ledger/bulk.py): the UPDATE runs without it, the trigger is back as it was after every way
+the apply can end (applied, rolled back for the fallback, raised mid-statement), and the counts stay exact."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from barge.ledger import Ledger, bulk, summary
+from barge.ledger.bulk import Row
+
+JOB = "ns/a/1"
+UPDATE_TRIGGER = f"{summary.PREFIX}update"
+
+
+def submitted_ledger(tmp_path: Path, n: int = 30) -> Ledger:
+    ledger = Ledger(str(tmp_path / "ledger.db"))
+    ledger.ensure_job(JOB, "h")
+    ledger.add_items(JOB, ({"custom_id": f"c{k:02d}", "line": k, "state": "pending"} for k in range(1, n + 1)))
+    ledger.open_intent(JOB, "s1", 1, 1, n, n)
+    ledger.record_batch(JOB, "s1", "b1", "anthropic", 1, n, "ended", 0.0)
+    return ledger
+
+
+def rows(first: int, last: int) -> list[Row]:
+    out: list[Row] = []
+    for k in range(first, last + 1):
+        if k % 3:
+            out.append((f"c{k:02d}", "succeeded", "", "", 1, "batch", f"o{k}", k, 2 * k, 1, 0))
+        else:
+            out.append((f"c{k:02d}", "invalid", "invalid_request", "bad", 1, "batch", None, 0, 0, 0, 0))
+    return out
+
+
+def triggers(ledger: Ledger) -> list[tuple[Any, ...]]:
+    return ledger._rows("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name", ())
+
+
+def exact(ledger: Ledger) -> bool:
+    sums = ", ".join(f"SUM({c})" for c in summary.USAGE)
+    scanned = ledger._rows(f"SELECT job, state, via, COUNT(*), {sums} FROM items GROUP BY 1, 2, 3 ORDER BY 1, 2, 3", ())  # noqa: S608
+    counted = ledger._rows(
+        f"SELECT job, state, via, n, {', '.join(summary.USAGE)} FROM item_counts WHERE n <> 0 ORDER BY 1, 2, 3",  # noqa: S608
+        (),
+    )
+    return scanned == counted
+
+
+def test_the_item_update_runs_without_the_count_trigger_which_is_back_at_commit(tmp_path: Path) -> None:
+    ledger = submitted_ledger(tmp_path)
+    before = triggers(ledger)
+    assert UPDATE_TRIGGER in {name for name, _ in before}
+    statements: list[str] = []
+    with ledger.engine.connect() as conn, conn.begin():
+        conn.connection.dbapi_connection.set_trace_callback(statements.append)  # type: ignore[union-attr]
+        assert bulk.apply(conn, False, JOB, rows(1, 10), "b1", submitted=True)
+        conn.connection.dbapi_connection.set_trace_callback(None)  # type: ignore[union-attr]
+    dropped = statements.index(f"DROP TRIGGER {UPDATE_TRIGGER}")
+    updates = [i for i, s in enumerate(statements) if s.startswith("UPDATE items")]
+    created = [i for i, s in enumerate(statements) if s.startswith(f"CREATE TRIGGER {UPDATE_TRIGGER}")]
+    assert updates
+    assert created
+    assert dropped < min(updates)
+    assert max(updates) < created[0]
+    assert triggers(ledger) == before
+    assert exact(ledger)
+    assert ledger.counts(JOB)["succeeded"] == 7
+
+
+def test_the_trigger_is_back_after_the_fallback_and_after_an_error(tmp_path: Path) -> None:
+    ledger = submitted_ledger(tmp_path)
+    before = triggers(ledger)
+    ledger.apply_rows(JOB, rows(1, 10), "b1")
+    # c10 is applied already: the paused attempt matches 10 of 11 rows, is rolled back, and the chunk is applied
+    # again with the trigger, which must be there
+    ledger.apply_rows(JOB, rows(10, 20), "b1")
+    assert triggers(ledger) == before
+    assert exact(ledger)
+
+    bad: list[Any] = rows(21, 30)
+    bad[-1] = (*bad[-1][:6], object(), *bad[-1][7:])  # binding the last row fails, mid-statement
+    with pytest.raises(sqlite3.ProgrammingError, match="binding"):
+        ledger.apply_rows(JOB, bad, "b1")
+    assert triggers(ledger) == before
+    assert ledger.counts(JOB)["submitted"] == 10  # nothing of the failed chunk stayed
+    assert exact(ledger)
+    with ledger.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE items SET state = 'failed' WHERE job = ? AND custom_id = 'c30'", (JOB,))
+    assert exact(ledger)  # and the trigger goes on counting other writes
+
+
+def test_the_trigger_is_never_dropped_outside_a_transaction(tmp_path: Path) -> None:
+    ledger = submitted_ledger(tmp_path)
+    with ledger.engine.connect() as conn:
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        with pytest.raises(RuntimeError, match="transaction"):
+            bulk._drop_update_trigger(cursor)
+    assert UPDATE_TRIGGER in {name for name, _ in triggers(ledger)}
