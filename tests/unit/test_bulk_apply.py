@@ -100,3 +100,20 @@ def test_the_trigger_is_never_dropped_outside_a_transaction(tmp_path: Path) -> N
         with pytest.raises(RuntimeError, match="transaction"):
             bulk._drop_update_trigger(cursor)
     assert UPDATE_TRIGGER in {name for name, _ in triggers(ledger)}
+
+
+def test_a_chunk_adds_its_usage_and_its_expired_requests_to_the_batch_once(tmp_path: Path) -> None:
+    ledger = submitted_ledger(tmp_path)
+    chunk = rows(1, 20)
+    chunk[4] = ("c05", "pending", "expired", "expired", None, "", None, 0, 0, 0, 0)
+    chunk[5] = ("c06", "pending", "batch_expired", "expired", None, "", None, 0, 0, 0, 0)
+    chunk[6] = ("c07", "refused", "refusal", "refused", 1, "batch", "", 3, 1, 4, 5)
+    ledger.apply_rows(JOB, list(chunk), "b1")
+    ledger.apply_rows(JOB, rows(21, 30), "b1")
+    everything = chunk + rows(21, 30)
+    usage = ledger._rows(
+        "SELECT input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, expired FROM batches", ()
+    )
+    assert usage == [(*(sum(r[i] for r in everything) for i in range(7, 11)), 2)]
+    assert exact(ledger)
+    assert ledger.counts(JOB)["pending"] == 2

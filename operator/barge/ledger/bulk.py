@@ -23,6 +23,7 @@ A row is the tuple `ROW` names, in that order; `attempts` None keeps the item's 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -54,10 +55,16 @@ _SQLITE_UPDATE = (
     "output = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?, cache_write_tokens = ? "
     "WHERE job = ? AND custom_id = ?"
 )
+#: The same on SQLite with numbered parameters, bound to `row + (job,)`: no reordered tuple built per row in Python.
+_SQLITE_ROW_UPDATE = (
+    "UPDATE items SET state = ?2, error_type = ?3, reason = ?4, attempts = COALESCE(?5, attempts), via = ?6, "
+    "output = ?7, input_tokens = ?8, output_tokens = ?9, cache_read_tokens = ?10, cache_write_tokens = ?11 "
+    "WHERE job = ?12 AND custom_id = ?1"
+)
 #: What an item in a batch holds before its result: the paused-trigger path changes only such items.
 SUBMITTED = ("submitted", "")
 _SQLITE_SUBMITTED = (
-    _SQLITE_UPDATE + " AND state = 'submitted' AND via = '' AND input_tokens = 0 AND output_tokens = 0 "
+    _SQLITE_ROW_UPDATE + " AND state = 'submitted' AND via = '' AND input_tokens = 0 AND output_tokens = 0 "
     "AND cache_read_tokens = 0 AND cache_write_tokens = 0"
 )
 _PG_TEMP = (
@@ -79,36 +86,32 @@ _BATCH_USAGE = (
 )
 
 
-def totals(rows: Sequence[Row]) -> tuple[int, int, int, int, int]:
-    """Usage summed over the rows, and how many expired (one pass: a chunk is up to 100,000 rows)."""
-    tin = tout = tcr = tcw = expired = 0
+def tally(
+    job: str, rows: Sequence[Row]
+) -> tuple[dict[tuple[str, str, str], list[int]], tuple[int, int, int, int, int]]:
+    """One pass over a chunk (up to 100,000 rows): what the rows add to `item_counts` if each moves one item from
+    `SUBMITTED` (no usage) to its own values, (job, state, via) -> [n, usage...] as in `summary.COUNTED`; and the
+    usage summed over the rows with how many expired, what the batch adds."""
+    moved: dict[tuple[str, str], list[int]] = {}
+    expired = 0
     for r in rows:
-        tin += r[7]
-        tout += r[8]
-        tcr += r[9]
-        tcw += r[10]
-        if r[2] in EXPIRED_TYPES:
-            expired += 1
-    return tin, tout, tcr, tcw, expired
-
-
-def counted(job: str, rows: Sequence[Row]) -> dict[tuple[str, str, str], list[int]]:
-    """What the rows add to `item_counts` if each moves one item from `SUBMITTED` (no usage) to its own values."""
-    out: dict[tuple[str, str, str], list[int]] = {}
-    for r in rows:
-        key = (job, r[1], r[5])
-        found = out.get(key)
+        key = (r[1], r[5])
+        found = moved.get(key)
         if found is None:
-            out[key] = [1, r[7], r[8], r[9], r[10]]
+            moved[key] = [1, r[7], r[8], r[9], r[10]]
         else:
             found[0] += 1
             found[1] += r[7]
             found[2] += r[8]
             found[3] += r[9]
             found[4] += r[10]
+        if r[2] in EXPIRED_TYPES:
+            expired += 1
+    sums = [sum(c[i] for c in moved.values()) for i in range(1, 5)]
+    out = {(job, *key): change for key, change in moved.items()}
     before = out.setdefault((job, *SUBMITTED), [0, 0, 0, 0, 0])
     before[0] -= len(rows)
-    return out
+    return out, (sums[0], sums[1], sums[2], sums[3], expired)
 
 
 def _drop_update_trigger(cursor: Any) -> str:
@@ -133,6 +136,7 @@ def apply(
     `submitted` (SQLite): only items as submission left them change, with the count trigger paused; False is
     returned if a row matched none, and the caller must then roll back and apply again without it."""
     rows.sort(key=itemgetter(0))
+    usage: tuple[int, ...] | None = None
     cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         if submitted and not postgres:
@@ -140,26 +144,30 @@ def apply(
                 return False
             trigger = _drop_update_trigger(cursor)
             try:
-                cursor.executemany(_SQLITE_SUBMITTED, [(*r[1:], job, r[0]) for r in rows])
+                cursor.executemany(_SQLITE_SUBMITTED, map(tuple.__add__, rows, repeat((job,))))
                 moved = cursor.rowcount
             finally:
                 cursor.execute(trigger)
             summary.resume(cursor)
             if moved != len(rows):
                 return False
-            summary.add(cursor, False, counted(job, rows))
+            counts, usage = tally(job, rows)
+            summary.add(cursor, False, counts)
         elif postgres and len(rows) >= COPY_MIN:
             cursor.execute(_PG_TEMP)
             with cursor.copy(f"COPY barge_item_updates ({', '.join(ROW)}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
             cursor.execute(_PG_UPDATE, (job,))
+        elif postgres:
+            cursor.executemany(_SQLITE_UPDATE.replace("?", "%s"), [(*r[1:], job, r[0]) for r in rows])
         else:
-            sql = _SQLITE_UPDATE.replace("?", "%s") if postgres else _SQLITE_UPDATE
-            cursor.executemany(sql, [(*r[1:], job, r[0]) for r in rows])
+            cursor.executemany(_SQLITE_ROW_UPDATE, map(tuple.__add__, rows, repeat((job,))))
         if batch_id is not None:
             sql = _BATCH_USAGE.replace("?", "%s") if postgres else _BATCH_USAGE
-            cursor.execute(sql, (*totals(rows), job, batch_id))
+            if usage is None:
+                usage = tally(job, rows)[1]
+            cursor.execute(sql, (*usage, job, batch_id))
     finally:
         cursor.close()
     return True
