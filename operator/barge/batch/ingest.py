@@ -6,9 +6,10 @@ nothing twice. Memory stays at one chunk plus the batch's ids. The returned id s
 submitted set: ids the provider never mentions are retried; ids Barge never sent are ignored (and a batch
 holding none of ours is released, not ingested).
 
-Why the shape: this is the hot path of a 100,000-result batch. Results arrive a page per network read, each
-becomes a ledger row tuple (`ledger.bulk.ROW`, no intermediate objects), and a chunk is large because the
-ledger applies it in one sorted pass: every chunk rewrites pages all over the items table (see ledger/bulk.py).
+Why the shape: this is the hot path of a 100,000-result batch. Results arrive a page per network read, each as
+a tuple (`providers.base.Parsed`) that becomes a ledger row tuple (`ledger.bulk.ROW`, no intermediate objects),
+and a chunk is large because the ledger applies it in one sorted pass: every chunk rewrites pages all over the
+items table (see ledger/bulk.py).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from barge.batch import failpoints
 from barge.batch.routing import missing, route
 from barge.ledger import ItemUpdate, Ledger
 from barge.ledger.bulk import Row
-from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result
+from barge.providers.base import BatchInfo, BatchProvider, Outcome, Parsed, Result, as_result
 from barge.providers.errors import Fatal
 
 CHUNK = 100_000  # rows per transaction: a whole Anthropic batch, two OpenAI ones; ~50 MB at 2 KB outputs
 PartWriter = Callable[[str, Iterable[bytes]], None]
 NO_USAGE = (0, 0, 0, 0)
+_SUCCEEDED, _FATAL = Outcome.SUCCEEDED, Outcome.FATAL
 
 
 @dataclass
@@ -63,6 +65,14 @@ def _row(result: Result, attempts: int, max_attempts: int) -> Row:
             *usage,
         )
     return _as_row(change)
+
+
+def _parsed_row(parsed: Parsed, attempts: int, max_attempts: int) -> Row:
+    """`_row` of a `Parsed` result: a success (nearly every result of a batch) builds no Result."""
+    if parsed[1] is _SUCCEEDED:
+        cid, _, text, tin, tout, tcr, tcw, _, _ = parsed
+        return (cid, "succeeded", "", "", attempts + 1, "batch", text, tin, tout, tcr, tcw)
+    return _row(as_result(parsed), attempts, max_attempts)
 
 
 def _as_row(c: ItemUpdate) -> Row:
@@ -110,24 +120,23 @@ async def ingest(
         report.count(chunk)
         chunk.clear()
 
-    async for page in provider.result_pages(info.id):
-        for result in page:
-            attempts = left.pop(result.custom_id, None)
+    async for page in provider.parsed_pages(info.id):
+        for parsed in page:
+            cid = parsed[0]
+            attempts = left.pop(cid, None)
             if attempts is None:
-                if result.custom_id not in expected:
+                if cid not in expected:
                     members = ledger.members_of(job, info.id) if members is None else members
-                    report.foreign += result.custom_id not in members  # members not expected: applied before a restart
+                    report.foreign += cid not in members  # members not expected: applied before a restart
                 continue
             seen += 1
             if seen == half:
                 failpoints.hit(failpoints.MID_INGEST)
-            if result.outcome is Outcome.FATAL:
-                report.fatal = result
-                chunk.append(
-                    (result.custom_id, "pending", result.error_type, result.message, attempts, "", None, *NO_USAGE)
-                )
+            if parsed[1] is _FATAL:
+                report.fatal = as_result(parsed)
+                chunk.append((cid, "pending", parsed[7], parsed[8], attempts, "", None, *NO_USAGE))
             else:
-                chunk.append(_row(result, attempts, max_attempts))
+                chunk.append(_parsed_row(parsed, attempts, max_attempts))
         if len(chunk) >= CHUNK:
             commit()
     if not seen and report.foreign and expected and members is not None and len(expected) == len(members):

@@ -17,10 +17,23 @@ import orjson
 from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
-from barge.providers.base import NO_USAGE, BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
+from barge.providers.base import (
+    NO_USAGE,
+    BatchInfo,
+    Outcome,
+    Parsed,
+    Request,
+    Result,
+    Usage,
+    aiohttp_copy,
+    as_parsed,
+    flatten,
+)
 from barge.providers.encoding import anthropic_params as params
 from barge.providers.encoding import encode_anthropic
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
+
+_SUCCEEDED, _REFUSED = Outcome.SUCCEEDED, Outcome.REFUSED
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -67,6 +80,32 @@ def result_from_line(line: dict[str, Any]) -> Result:
         classify(None, error_type, message)
     ]
     return Result(custom_id, outcome, error_type=error_type, message=message)
+
+
+def parse_line(line: dict[str, Any]) -> Parsed:
+    """`result_from_line` as a `Parsed` tuple. The usual line, a succeeded message with one text block and integer
+    usage, is read here without a Result; any other shape goes through `result_from_line` (same answer)."""
+    result = line.get("result")
+    if type(result) is dict and result.get("type") == "succeeded":
+        message, custom_id = result.get("message"), line.get("custom_id")
+        if type(message) is dict and type(custom_id) is str:
+            content, usage = message.get("content"), message.get("usage")
+            if type(content) is list and len(content) == 1 and type(usage) is dict:
+                block = content[0]
+                text = block.get("text") if type(block) is dict and block.get("type") == "text" else None
+                tin, tout = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+                tcr, tcw = usage.get("cache_read_input_tokens") or 0, usage.get("cache_creation_input_tokens") or 0
+                if (
+                    type(text) is str
+                    and type(tin) is int
+                    and type(tout) is int
+                    and type(tcr) is int
+                    and type(tcw) is int
+                ):
+                    if message.get("stop_reason") == "refusal":
+                        return (custom_id, _REFUSED, text, tin, tout, tcr, tcw, "refusal", "")
+                    return (custom_id, _SUCCEEDED, text, tin, tout, tcr, tcw, "", "")
+    return as_parsed(result_from_line(line))
 
 
 def _info(batch: MessageBatch) -> BatchInfo:
@@ -159,13 +198,13 @@ class AnthropicProvider:
             raise from_sdk(exc, anthropic) from exc
 
     def results(self, batch_id: str) -> AsyncIterator[Result]:
-        return flatten(self.result_pages(batch_id))
+        return flatten(self.parsed_pages(batch_id))
 
-    async def result_pages(self, batch_id: str) -> AsyncIterator[list[Result]]:
+    async def parsed_pages(self, batch_id: str) -> AsyncIterator[list[Parsed]]:
         # The SDK's raw streamed response, parsed here with orjson: no SDK model is built per line.
         try:
             async for page in jsonl.pages(self._result_bytes(batch_id)):
-                yield [result_from_line(orjson.loads(line)) for line in page]
+                yield [parse_line(orjson.loads(line)) for line in page]
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
 

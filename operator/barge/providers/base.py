@@ -70,6 +70,35 @@ class Result:
     retry_after: float | None = None
 
 
+#: A batch result as ingestion's hot path takes it, a plain tuple in this order: (custom_id, outcome, text,
+#: input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error_type, message). A `Result` and its
+#: `Usage` cost 1.3 us to build per line (frozen dataclasses set each field through object.__setattr__), as much as
+#: the rest of the line's parsing: 100,000 results a batch made them 6% of ingestion. Batch results carry no
+#: retry_after (only synchronous calls do), so nothing of a batch's Result is lost.
+Parsed = tuple[str, Outcome, str, int, int, int, int, str, str]
+
+
+def as_result(parsed: Parsed) -> Result:
+    cid, outcome, text, tin, tout, tcr, tcw, error_type, message = parsed
+    usage = Usage(tin, tout, tcr, tcw) if tin or tout or tcr or tcw else NO_USAGE
+    return Result(cid, outcome, text, usage, error_type, message)
+
+
+def as_parsed(result: Result) -> Parsed:
+    u = result.usage
+    return (
+        result.custom_id,
+        result.outcome,
+        result.text,
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_tokens,
+        u.cache_write_tokens,
+        result.error_type,
+        result.message,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class BatchInfo:
     """A provider batch as the engine needs to see it."""
@@ -113,8 +142,9 @@ class BatchProvider(Protocol):
         """Stream an ended batch's results in constant memory."""
         ...
 
-    def result_pages(self, batch_id: str) -> AsyncIterator[list[Result]]:
-        """The same results, one list per read from the wire (ingestion's hot path: no await per result)."""
+    def parsed_pages(self, batch_id: str) -> AsyncIterator[list[Parsed]]:
+        """The same results as `Parsed` tuples, one list per read from the wire (ingestion's hot path: no await
+        and no object per result)."""
         ...
 
     async def complete(self, request: Request) -> Result:
@@ -130,11 +160,11 @@ class BatchProvider(Protocol):
     async def close(self) -> None: ...
 
 
-async def flatten(pages: AsyncIterator[list[Result]]) -> AsyncIterator[Result]:
-    """`results` from `result_pages`: one result at a time."""
+async def flatten(pages: AsyncIterator[list[Parsed]]) -> AsyncIterator[Result]:
+    """`results` from `parsed_pages`: one Result at a time."""
     async for page in pages:
-        for result in page:
-            yield result
+        for parsed in page:
+            yield as_result(parsed)
 
 
 def aiohttp_copy(client: Client, sdk: ModuleType) -> Client:

@@ -18,7 +18,18 @@ import orjson
 from openai.types import Batch
 
 from barge.providers import jsonl
-from barge.providers.base import NO_USAGE, BatchInfo, Outcome, Request, Result, Usage, aiohttp_copy, flatten
+from barge.providers.base import (
+    NO_USAGE,
+    BatchInfo,
+    Outcome,
+    Parsed,
+    Request,
+    Result,
+    Usage,
+    aiohttp_copy,
+    as_parsed,
+    flatten,
+)
 from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
@@ -26,6 +37,7 @@ from barge.providers.upload import LineReader
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
+_SUCCEEDED, _REFUSED = Outcome.SUCCEEDED, Outcome.REFUSED
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -67,6 +79,33 @@ def result_from_line(line: dict[str, Any]) -> Result:
     kind = str(inner.get("code") or inner.get("type") or f"http_{status}")
     message = str(inner.get("message") or "")
     return Result(custom_id, _OUTCOME[classify(status, kind, message)], error_type=kind, message=message)
+
+
+def parse_line(line: dict[str, Any]) -> Parsed:
+    """`result_from_line` as a `Parsed` tuple. The usual line, a 200 with one choice whose message has text and no
+    refusal and integer usage, is read here without a Result; any other shape goes through `result_from_line`."""
+    response, custom_id = line.get("response"), line.get("custom_id")
+    if type(response) is dict and type(custom_id) is str and not line.get("error"):
+        status, body = response.get("status_code"), response.get("body")
+        if type(status) is int and status == 200 and type(body) is dict:
+            choices, usage = body.get("choices"), body.get("usage")
+            choice: Any = choices[0] if type(choices) is list and choices else None
+            message = choice.get("message") if type(choice) is dict else None
+            if type(message) is dict and type(usage) is dict and message.get("refusal") is None:
+                text, details = message.get("content"), usage.get("prompt_tokens_details") or {}
+                prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+                cached = (details.get("cached_tokens") or 0) if type(details) is dict else None
+                if (
+                    type(text) is str
+                    and text
+                    and type(prompt) is int
+                    and type(completion) is int
+                    and type(cached) is int
+                ):
+                    if choice.get("finish_reason") == "content_filter":
+                        return (custom_id, _REFUSED, text, prompt - cached, completion, cached, 0, "content_filter", "")
+                    return (custom_id, _SUCCEEDED, text, prompt - cached, completion, cached, 0, "", "")
+    return as_parsed(result_from_line(line))
 
 
 def _info(batch: Batch) -> BatchInfo:
@@ -175,9 +214,9 @@ class OpenAIProvider:
             raise from_sdk(exc, openai) from exc
 
     def results(self, batch_id: str) -> AsyncIterator[Result]:
-        return flatten(self.result_pages(batch_id))
+        return flatten(self.parsed_pages(batch_id))
 
-    async def result_pages(self, batch_id: str) -> AsyncIterator[list[Result]]:
+    async def parsed_pages(self, batch_id: str) -> AsyncIterator[list[Parsed]]:
         # The SDK's raw streamed response, parsed here with orjson: no SDK model is built per line.
         try:
             batch = await self.client.batches.retrieve(batch_id)
@@ -186,7 +225,7 @@ class OpenAIProvider:
                     continue
                 async with self.client.files.with_streaming_response.content(file_id) as response:
                     async for page in jsonl.pages(response.iter_bytes()):
-                        yield [result_from_line(orjson.loads(line)) for line in page]
+                        yield [parse_line(orjson.loads(line)) for line in page]
         except openai.APIError as exc:
             raise from_sdk(exc, openai) from exc
 
