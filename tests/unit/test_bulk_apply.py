@@ -117,3 +117,13 @@ def test_a_chunk_adds_its_usage_and_its_expired_requests_to_the_batch_once(tmp_p
     assert usage == [(*(sum(r[i] for r in everything) for i in range(7, 11)), 2)]
     assert exact(ledger)
     assert ledger.counts(JOB)["pending"] == 2
+
+
+def test_the_callers_rows_keep_their_order(tmp_path: Path) -> None:
+    """The ledger applies a sorted copy; ingestion then writes parts/ from its own list in arrival order."""
+    ledger = submitted_ledger(tmp_path)
+    chunk = list(reversed(rows(1, 30)))
+    arrived = list(chunk)
+    ledger.apply_rows(JOB, chunk, "b1")
+    assert chunk == arrived
+    assert ledger.counts(JOB)["succeeded"] == 20
