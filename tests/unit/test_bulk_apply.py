@@ -127,3 +127,21 @@ def test_the_callers_rows_keep_their_order(tmp_path: Path) -> None:
     ledger.apply_rows(JOB, chunk, "b1")
     assert chunk == arrived
     assert ledger.counts(JOB)["succeeded"] == 20
+
+
+def test_a_full_disk_mid_statement_raises_as_itself_and_leaves_the_trigger(tmp_path: Path) -> None:
+    """SQLITE_FULL rolls the whole transaction back, the drop with it: the trigger is not created a second time
+    (which would fail and hide the disk's error)."""
+    ledger = submitted_ledger(tmp_path, 300)
+    before = triggers(ledger)
+    big = [(*r[:6], "x" * 3000 if r[6] else None, *r[7:]) for r in rows(1, 300)]
+    with ledger.engine.connect() as conn:
+        dbapi: Any = conn.connection.dbapi_connection
+        pages = dbapi.execute("PRAGMA page_count").fetchone()[0]
+        dbapi.execute(f"PRAGMA max_page_count = {pages + 20}")
+        with pytest.raises(sqlite3.OperationalError, match="full"), conn.begin():
+            bulk.apply(conn, False, JOB, big, "b1", submitted=True)
+        dbapi.execute("PRAGMA max_page_count = 1073741823")
+    assert triggers(ledger) == before
+    assert ledger.counts(JOB)["submitted"] == 300
+    assert exact(ledger)

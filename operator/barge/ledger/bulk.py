@@ -148,8 +148,9 @@ def apply(
             try:
                 cursor.executemany(_SQLITE_SUBMITTED, map(tuple.__add__, rows, repeat((job,))))
                 moved = cursor.rowcount
-            finally:
-                cursor.execute(trigger)
+            finally:  # unless the statement's error rolled the transaction back (SQLITE_FULL does), and the drop
+                if cursor.connection.in_transaction:
+                    cursor.execute(trigger)
             summary.resume(cursor)
             if moved != len(rows):
                 return False
