@@ -243,9 +243,9 @@ class JobRunner:
             yield self.encode_line(cid, payload)
 
     def _shards(self) -> Iterator[plan.Span]:
-        """The shards of the pending items, cut by count and by encoded bytes (as `plan.shards`, which `barge plan`
+        """The shards of the pending items, cut by count and by encoded bytes (`plan.spans`, the cut `barge plan`
         shows), and on a deployment with a batch quota by estimated tokens, so that every shard of a job over the
-        quota fits it. Streamed (`plan.spans`): no shard's rows are held."""
+        quota fits it. Streamed: no shard's rows are held."""
         limit = min(self.provider.max_requests, self.settings.max_shard_requests or self.provider.max_requests)
         max_bytes = min(self.provider.max_bytes, self.settings.max_shard_bytes or self.provider.max_bytes)
         self._measure_unsized()
