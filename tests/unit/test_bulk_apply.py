@@ -1,6 +1,7 @@
-"""SQLite applies a batch's results with the item-count update trigger dropped for the statement and put back in
-the same transaction (ledger/bulk.py): the UPDATE runs without it, the trigger is back as it was after every way
-the apply can end (applied, rolled back for the fallback, raised mid-statement), and the counts stay exact."""
+"""SQLite applies a batch's results, and submission moves a shard's items, with the item-count update trigger
+dropped for the statements and put back in the same transaction (summary.update_trigger_dropped): the UPDATEs run
+without it, the trigger is back as it was after every way the write can end (applied, rolled back for the
+fallback, raised mid-statement), and the counts stay exact."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from barge.ledger import Ledger, bulk, summary
 from barge.ledger.bulk import Row
@@ -71,6 +73,42 @@ def test_the_item_update_runs_without_the_count_trigger_which_is_back_at_commit(
     assert ledger.counts(JOB)["succeeded"] == 7
 
 
+@pytest.mark.parametrize("step", ["intent", "record"])
+def test_submission_moves_run_without_the_count_trigger_which_is_back_at_commit(tmp_path: Path, step: str) -> None:
+    ledger = Ledger(str(tmp_path / "ledger.db"))
+    ledger.ensure_job(JOB, "h")
+    ledger.add_items(JOB, ({"custom_id": f"c{k:04d}", "line": k, "state": "pending"} for k in range(1, 1201)))
+    with ledger.engine.begin() as conn:  # one item kept a failed attempt's usage: it moves with the trigger on
+        conn.exec_driver_sql("UPDATE items SET input_tokens = 9 WHERE job = ? AND custom_id = 'c0700'", (JOB,))
+    if step == "record":
+        ledger.open_intent(JOB, "s1", 1, 1, 1200, 1200)
+    before = triggers(ledger)
+    statements: list[str] = []
+
+    def traced(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.set_trace_callback(statements.append)
+
+    ledger.engine.dispose()  # the pool's connections are made again, each traced
+    event.listen(ledger.engine, "connect", traced)
+    if step == "intent":
+        ledger.open_intent(JOB, "s1", 1, 1, 1200, 1200)
+    else:
+        ledger.record_batch(JOB, "s1", "b1", "anthropic", 1, 1200, "in_progress", 0.0)
+    event.remove(ledger.engine, "connect", traced)
+    moves = [i for i, s in enumerate(statements) if s.startswith("UPDATE items SET state")]
+    paused = [i for i, s in enumerate(moves) if "via = ''" in statements[s]]
+    dropped = statements.index(f"DROP TRIGGER {UPDATE_TRIGGER}")
+    created = [i for i, s in enumerate(statements) if s.startswith(f"CREATE TRIGGER {UPDATE_TRIGGER}")]
+    assert len(paused) == 3  # 1,200 lines in windows of 512, the trigger dropped around all three
+    assert created
+    assert dropped < moves[paused[0]]
+    assert moves[paused[-1]] < created[0]
+    assert any(i > created[0] for i in moves)  # then the lines again, with the trigger: c0700 moves there
+    assert triggers(ledger) == before
+    assert exact(ledger)
+    assert ledger.counts(JOB)["submitting" if step == "intent" else "submitted"] == 1200
+
+
 def test_the_trigger_is_back_after_the_fallback_and_after_an_error(tmp_path: Path) -> None:
     ledger = submitted_ledger(tmp_path)
     before = triggers(ledger)
@@ -98,7 +136,7 @@ def test_the_trigger_is_never_dropped_outside_a_transaction(tmp_path: Path) -> N
     with ledger.engine.connect() as conn:
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         with pytest.raises(RuntimeError, match="transaction"):
-            bulk._drop_update_trigger(cursor)
+            summary.update_trigger_dropped(cursor).__enter__()
     assert UPDATE_TRIGGER in {name for name, _ in triggers(ledger)}
 
 

@@ -481,14 +481,16 @@ class Ledger:
     ) -> int:
         """A shard's items moved from one state to another by `sql` (+ `_LINES`), window by window of lines
         (ledger/chunked.py), in the caller's transaction; the number moved. On SQLite the items with no usage and
-        `via` '' (every item, unless one kept a failed attempt's) move with the count triggers paused and are
-        counted here, by their state alone; then any other item of the lines moves with the triggers on."""
+        `via` '' (every item, unless one kept a failed attempt's) move with the count triggers paused (the update
+        trigger dropped meanwhile: summary.update_trigger_dropped) and are counted here, by their state alone; then
+        any other item of the lines moves with the triggers on."""
         moved = 0
         if not self.postgres:
             cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
                 if summary.pause(cursor):
-                    moved = update_lines(conn, sql + _NO_USAGE + _LINES, params, *lines)
+                    with summary.update_trigger_dropped(cursor):
+                        moved = update_lines(conn, sql + _NO_USAGE + _LINES, params, *lines)
                     summary.resume(cursor)
                     before, after = states
                     summary.add(

@@ -114,21 +114,6 @@ def tally(
     return out, (sums[0], sums[1], sums[2], sums[3], expired)
 
 
-def _drop_update_trigger(cursor: Any) -> str:
-    """SQLite, inside the caller's write transaction (`summary.pause` began it and checked the triggers' version):
-    the item-count update trigger dropped; returns the SQL it was created with, to be executed again before the
-    transaction ends. Paused, it still cost a third of the UPDATE (0.25 s CPU per 100,000 rows): SQLite enters the
-    trigger's program for every row, with the row's old and new values loaded for it, and evaluates the WHEN there
-    (EXPLAIN: 240 opcodes for the statement with it, 97 without)."""
-    if not cursor.connection.in_transaction:  # DDL outside a transaction would commit the drop at once
-        raise RuntimeError("the item-count trigger may only be dropped inside a write transaction")
-    name = f"{summary.PREFIX}update"
-    cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (name,))
-    (sql,) = cursor.fetchone()
-    cursor.execute(f"DROP TRIGGER {name}")
-    return str(sql)
-
-
 def apply(
     conn: Connection, postgres: bool, job: str, rows: list[Row], batch_id: str | None, *, submitted: bool = False
 ) -> bool:
@@ -144,13 +129,9 @@ def apply(
         if submitted and not postgres:
             if not summary.pause(cursor):
                 return False
-            trigger = _drop_update_trigger(cursor)
-            try:
+            with summary.update_trigger_dropped(cursor):
                 cursor.executemany(_SQLITE_SUBMITTED, map(tuple.__add__, rows, repeat((job,))))
                 moved = cursor.rowcount
-            finally:  # unless the statement's error rolled the transaction back (SQLITE_FULL does), and the drop
-                if cursor.connection.in_transaction:
-                    cursor.execute(trigger)
             summary.resume(cursor)
             if moved != len(rows):
                 return False
