@@ -32,9 +32,9 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
-def reply_text(last_user: str) -> str:
-    """A completion any test can join back to its input: a fixed prefix and the prompt's first 200 chars."""
-    return REPLY_PREFIX + last_user[:200]
+def reply_text(last_user: str, chars: int = 200) -> str:
+    """A completion any test can join back to its input: a fixed prefix and the prompt's first `chars` chars."""
+    return REPLY_PREFIX + last_user[:chars]
 
 
 def valid_custom_id(custom_id: object) -> TypeGuard[str]:
@@ -110,14 +110,14 @@ class Answer:
     truncated: bool = False
 
 
-def answer(item: Item, outcome: str, cache_hit: bool) -> Answer:
+def answer(item: Item, outcome: str, cache_hit: bool, reply_chars: int = 200) -> Answer:
     if item.invalid:
         return Answer("invalid_request", message=item.invalid)
     if outcome == "invalid_request":
         return Answer("invalid_request", message="emulated invalid request")
     if outcome in ("server_error", "expired", "canceled"):
         return Answer(outcome, message=f"emulated {outcome.replace('_', ' ')}")
-    full = "" if outcome == "refusal" else reply_text(item.last_user)
+    full = "" if outcome == "refusal" else reply_text(item.last_user, reply_chars)
     text = full[: item.max_tokens * 4]
     cached = item.cached_prefix_tokens
     return Answer(
@@ -162,6 +162,7 @@ class Batch:
     metadata: dict[str, str] | None = None
     validation_errors: list[dict[str, Any]] = field(default_factory=list)
     output_expires_after: dict[str, Any] | None = None
+    reply_chars: int = 200  # the profile's batch.replyChars
     _answers: list[tuple[Item, Answer]] | None = field(default=None, repr=False)
     _rendered: dict[str, bytes] = field(default_factory=dict, repr=False)
 
@@ -206,7 +207,7 @@ class Batch:
             key = (item.model, item.cached_prefix_tokens)
             hit = key in seen_prefixes
             seen_prefixes.add(key)
-            out.append((item, answer(item, self.final_outcome(index), hit)))
+            out.append((item, answer(item, self.final_outcome(index), hit, self.reply_chars)))
         self._answers = out
         return out
 
@@ -268,6 +269,7 @@ class Store:
             outcomes,
             offsets,
             order,
+            reply_chars=self.profile.batch.reply_chars,
             **extra,
         )
         self.batches[batch_id] = batch

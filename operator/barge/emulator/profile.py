@@ -38,6 +38,8 @@ class BatchProfile:
     """The first N deletes (OpenAI/Azure files, Anthropic batches) answer 500 and delete nothing."""
     delete_forbidden: bool = False
     """Every delete answers 403, as for a key that may not delete."""
+    reply_chars: int = 200
+    """How many of the prompt's characters a batch answer echoes after its prefix (then cut to max_tokens x 4)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ def parse_profile(data: dict[str, Any] | None) -> Profile:
             azure_enqueued_token_limit=int(batch.get("azureEnqueuedTokenLimit", 0)),
             delete_failures=int(batch.get("deleteFailures", 0)),
             delete_forbidden=bool(batch.get("deleteForbidden", False)),
+            reply_chars=max(0, int(batch.get("replyChars", 200))),
         ),
         sync=SyncProfile(
             latency_ms=float(sync.get("latencyMs", 50.0)),
