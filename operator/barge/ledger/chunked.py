@@ -8,10 +8,11 @@ exactly as atomic and durable), take the same time and a few MB whatever the sha
 Why windows this small: the statement journal holds a copy of every page the statement changes, and the items
 table is clustered on (job, custom_id), not on the line. Consecutive lines are then scattered over the table
 whenever custom_ids do not sort in line order (hashes, UUIDs, or `i1, i10, i100` sorting apart from `i2`), one
-page (4 KiB) per item: a window of 8,192 lines held ~32 MB of journal once the table had that many pages (a
-ledger of ~300,000 items and up), SQLite's heap doubled for the statement, and the freed 1 KiB journal chunks
-left the parent's malloc heap that much larger for the rest of the run (+50 MB of peak RSS at 1M items,
-bench/README.md, third round). 512 lines: at most ~2 MB of journal, the same time per item.
+page per item: with 4 KiB pages a window of 8,192 lines held ~32 MB of journal once the table had that many pages
+(a ledger of ~300,000 items and up), SQLite's heap doubled for the statement, and the freed journal chunks left
+the parent's malloc heap that much larger for the rest of the run (+50 MB of peak RSS at 1M items,
+bench/README.md, third round). 512 lines of 4 KiB pages: at most ~2 MB of journal, the same time per item. Ledgers
+are now made with 16 KiB pages (ledger/__init__.py), so 128 lines: the same ~2 MB.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-WINDOW = 512  # lines per statement (each may be a page of journal: see above)
+WINDOW = 128  # lines per statement (each may be a page of journal: see above)
 
 
 def update_lines(conn: Connection, sql: str, params: tuple[Any, ...], first: int, last: int) -> int:
