@@ -12,6 +12,8 @@ invalid, so failures.jsonl is written too. The emulator's results file is served
 read serialises it). Floor and Barge read the same results from the same emulator process, each twice; the
 faster run counts. CPU seconds are this process's (`time.process_time`; PostgreSQL's server not included): on a
 machine shared with other work they say what the wall-clock figures cannot. Size: BENCH_INGEST_N (default 100000).
+Outputs: BENCH_INGEST_OUTPUT_CHARS prompt characters echoed per answer (default 2000: result lines of ~2.3-2.4 KB,
+the issue's "~2 KB" results; before this knob every run echoed 200, ~580-730 bytes a line).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from barge.providers.base import BatchInfo, BatchProvider, Request
 from barge.storage import StoragePolicy, join, write_lines
 
 N = int(os.environ.get("BENCH_INGEST_N", "100000"))
-PAD = "z" * 1900  # ~2 KB prompts; the emulator answers with their first 200 characters
+PAD = "z" * 1900  # ~2 KB prompts; the emulator answers with their first OUTPUT_CHARS characters
+OUTPUT_CHARS = int(os.environ.get("BENCH_INGEST_OUTPUT_CHARS", "2000"))
 MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
 TARGET = {"sqlite": 50_000, "postgresql": 30_000}
 MAX_RATIO = 2.0
@@ -51,7 +54,8 @@ async def create_batches(provider: BatchProvider, kind: str) -> list[tuple[Batch
     for first in range(1, N + 1, size):
         last = min(first + size - 1, N)
         lines = (
-            provider.encode(Request(f"c{i:07d}", MODELS[kind], f"item {i} {PAD}", 60)) for i in range(first, last + 1)
+            provider.encode(Request(f"c{i:07d}", MODELS[kind], f"item {i} {PAD}", max(60, OUTPUT_CHARS // 3)))
+            for i in range(first, last + 1)
         )
         info = await provider.create_batch(lines, {})
         out.append((info, first, last))
@@ -156,7 +160,9 @@ async def run(kind: str, base: str, pg_url: str, tmp: Path) -> list[dict[str, An
 
 
 def main() -> None:
-    proc, base = start_emulator({"batch": {"processingSeconds": 1, "outcomes": {"invalid_request": 0.01}}})
+    proc, base = start_emulator(
+        {"batch": {"processingSeconds": 1, "outcomes": {"invalid_request": 0.01}, "replyChars": OUTPUT_CHARS}}
+    )
     rows: list[dict[str, Any]] = []
     try:
         with postgres_server() as pg_url, tempfile.TemporaryDirectory(prefix="barge-bench-ingest-") as tmp:
