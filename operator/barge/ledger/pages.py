@@ -4,8 +4,8 @@ Why: a row per 2 KB payload cost a B-tree insert, a row header and, at upload, a
 one blob of the payloads' UTF-8, one after another, and a small index (`lines`: per payload its line number and
 where its text ends, little-endian int64 pairs). Pages are written as the planner answers, in line order, so
 they are appended at the end of the table; a shard's upload reads a few hundred of them in order, and a drop
-deletes a few hundred rows. The planner process builds the page bytes itself (`build`), so the parent never
-decodes the payload text it only stores.
+deletes a few hundred rows. The planner process builds a page's index and text itself and sends them as stored
+(`packed`), so the parent never decodes the payload text it only stores.
 
 Ledgers written before pages keep their rows in `payloads` (one per line): `PayloadReader` looks there for any
 line no page holds, so a job planned before an upgrade is submitted, resubmitted and dropped the same way.
@@ -38,8 +38,8 @@ def build(payloads: Iterable[tuple[int, str]]) -> Page | None:
 
 
 def of(index: list[int], text: bytes) -> Page | None:
-    """The page of `text` (payloads one after another) whose index is line, end, line, end, ... (the planner
-    process sends these two); None when it holds no payload."""
+    """The page of `text` (payloads one after another) whose index is line, end, line, end, ...; None when it
+    holds no payload."""
     if not index:
         return None
     packed = array("q", index)
@@ -53,19 +53,22 @@ def packed(lines: bytes, text: bytes) -> Page | None:
     holds no payload. Its bounds and count are read from the index, not taken from the sender."""
     if not lines:
         return None
+    index = _unpacked(lines)
+    return index[0], index[-2], len(index) // 2, lines, text
+
+
+def _unpacked(lines: bytes) -> array[int]:
+    """A page's index as stored (little-endian int64) read into this machine's order."""
     index = array("q")
     index.frombytes(lines)
     if sys.byteorder != "little":
         index.byteswap()
-    return index[0], index[-2], len(index) // 2, lines, text
+    return index
 
 
 def spans(lines: bytes) -> dict[int, tuple[int, int]]:
     """A page's index as line -> (start, end) of its payload in the page's text."""
-    index = array("q")
-    index.frombytes(lines)
-    if sys.byteorder != "little":
-        index.byteswap()
+    index = _unpacked(lines)
     ends = index[1::2]
     return dict(zip(index[0::2], zip([0, *ends[:-1]], ends, strict=True), strict=True))
 
