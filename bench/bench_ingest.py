@@ -13,7 +13,8 @@ read serialises it). Floor and Barge read the same results from the same emulato
 faster run counts. CPU seconds are this process's (`time.process_time`; PostgreSQL's server not included): on a
 machine shared with other work they say what the wall-clock figures cannot. Size: BENCH_INGEST_N (default 100000).
 Outputs: BENCH_INGEST_OUTPUT_CHARS prompt characters echoed per answer (default 2000: result lines of ~2.3-2.4 KB,
-the issue's "~2 KB" results; before this knob every run echoed 200, ~580-730 bytes a line).
+the issue's "~2 KB" results; before this knob every run echoed 200, ~580-730 bytes a line), of random words (before
+1 December 2026 they were "zzz...", which PostgreSQL's TOAST compressed to nothing).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
 import signal
+import string
 import tempfile
 import time
 from collections.abc import Iterable
@@ -40,7 +43,12 @@ from barge.providers.base import BatchInfo, BatchProvider, Request
 from barge.storage import StoragePolicy, join, write_lines
 
 N = int(os.environ.get("BENCH_INGEST_N", "100000"))
-PAD = "z" * 1900  # ~2 KB prompts; the emulator answers with their first OUTPUT_CHARS characters
+# ~2 KB prompts of words, not one repeated letter: the emulator answers with their first OUTPUT_CHARS characters,
+# and PostgreSQL compresses a stored output of "zzz..." to a few bytes, which real text never is (bench/README.md)
+_WORDS = random.Random(14)
+PAD = " ".join("".join(_WORDS.choice(string.ascii_lowercase) for _ in range(_WORDS.randint(2, 9))) for _ in range(400))[
+    :1900
+]
 OUTPUT_CHARS = int(os.environ.get("BENCH_INGEST_OUTPUT_CHARS", "2000"))
 MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
 TARGET = {"sqlite": 50_000, "postgresql": 30_000}

@@ -58,3 +58,34 @@ def test_bulk_apply_lands_every_row(tmp_path: Path, backend: str, size: int, req
     assert (batch["cache_read_tokens"], batch["cache_write_tokens"]) == (3 * len(succeeded), 4 * len(succeeded))
     assert batch["expired"] == len(range(1, size, 3))
     ledger.close()
+
+
+def test_postgres_keeps_outputs_in_the_item_row(postgres_url: str) -> None:
+    """A ~3 KB output stays in its item's heap row: not compressed, nothing in the TOAST table (PostgreSQL's default
+    moved anything past ~2 KB out of line, five WAL records more per result). A ledger whose `items` lost the
+    setting (made by an older Barge) gets it back when opened."""
+    ledger = Ledger(postgres_url)
+    ledger._rows("SELECT 1", ())
+    with ledger.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE items RESET (toast_tuple_target)")
+    ledger.close()
+    ledger = Ledger(postgres_url)
+    job = f"ns/inline/{time.time_ns()}"
+    ledger.ensure_job(job, "h")
+    size = COPY_MIN + 10
+    ledger.add_items(job, ({"custom_id": f"c{i}", "line": i + 1, "state": "pending"} for i in range(size)))
+    ledger.open_intent(job, "s0", 1, 1, size, size)
+    ledger.record_batch(job, "s0", "b0", "anthropic", 1, size, "ended", time.time())
+    rng = random.Random(3)
+    outputs = [" ".join("".join(rng.choices("abcdefghij", k=7)) for _ in range(375)) for _ in range(size)]
+    toast = "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'items'::regclass"
+    toast_before = ledger._rows(toast, ())
+    ledger.apply(job, [ItemUpdate(f"c{i}", "succeeded", "", "", 1, "batch", outputs[i]) for i in range(size)], "b0")
+    found = ledger._rows(
+        "SELECT COUNT(*), COUNT(pg_column_compression(output)), MIN(length(output)) FROM items WHERE job = ?", (job,)
+    )
+    assert found == [(size, 0, min(map(len, outputs)))]
+    assert ledger._rows(toast, ()) == toast_before  # nothing moved out of line
+    stored = dict(ledger._rows("SELECT custom_id, output FROM items WHERE job = ?", (job,)))
+    assert stored == {f"c{i}": outputs[i] for i in range(size)}
+    ledger.close()

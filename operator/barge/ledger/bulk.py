@@ -67,10 +67,14 @@ _SQLITE_SUBMITTED = (
     _SQLITE_ROW_UPDATE + " AND state = 'submitted' AND via = '' AND input_tokens = 0 AND output_tokens = 0 "
     "AND cache_read_tokens = 0 AND cache_write_tokens = 0"
 )
+#: PostgreSQL: rows up to this many bytes stay whole in their heap page, neither compressed nor TOASTed (the
+#: largest `toast_tuple_target`); set on `items` and on the COPY's temporary table (see Ledger._keep_outputs_inline).
+ROW_INLINE = 8160
 _PG_TEMP = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS barge_item_updates (custom_id text, state text, error_type text, "
     "reason text, attempts integer, via text, output text, input_tokens bigint, output_tokens bigint, "
-    "cache_read_tokens bigint, cache_write_tokens bigint) ON COMMIT DELETE ROWS"
+    f"cache_read_tokens bigint, cache_write_tokens bigint) WITH (toast_tuple_target = {ROW_INLINE}) "
+    "ON COMMIT DELETE ROWS"
 )
 _PG_UPDATE = (
     "UPDATE items SET state = u.state, error_type = u.error_type, reason = u.reason, via = u.via, "
