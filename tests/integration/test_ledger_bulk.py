@@ -89,3 +89,31 @@ def test_postgres_keeps_outputs_in_the_item_row(postgres_url: str) -> None:
     stored = dict(ledger._rows("SELECT custom_id, output FROM items WHERE job = ?", (job,)))
     assert stored == {f"c{i}": outputs[i] for i in range(size)}
     ledger.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("size", [3, N], ids=["few", "many"])
+def test_nul_in_provider_text_is_stored_as_a_replacement_character(
+    tmp_path: Path, backend: str, size: int, request: pytest.FixtureRequest
+) -> None:
+    """A provider's output, reason or error type holding NUL (U+0000) is stored with U+FFFD in its place, on both
+    ledgers: PostgreSQL's text cannot hold NUL, and the whole chunk used to fail (every step of the job again)."""
+    url = str(tmp_path / "l.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    ledger = Ledger(url)
+    job = f"ns/nul/{backend}-{size}-{time.time_ns()}"
+    ledger.ensure_job(job, "h")
+    ledger.add_items(job, ({"custom_id": f"c{i}", "line": i + 1, "state": "pending"} for i in range(size)))
+    ledger.open_intent(job, "s0", 1, 1, size, size)
+    ledger.record_batch(job, "s0", "b0", "anthropic", 1, size, "ended", time.time())
+    rows = [(f"c{i}", "succeeded", "", "", 1, "batch", f"out {i}", 1, 1, 0, 0) for i in range(size)]
+    rows[1] = ("c1", "succeeded", "", "", 1, "batch", "a\x00b\x00", 1, 1, 0, 0)
+    rows[2] = ("c2", "invalid", "bad\x00type", "why\x00not", 1, "batch", None, 0, 0, 0, 0)
+    ledger.apply_rows(job, rows, "b0")
+    stored = {
+        r[0]: r[1:]
+        for r in ledger._rows("SELECT custom_id, state, error_type, reason, output FROM items WHERE job = ?", (job,))
+    }
+    assert stored["c1"] == ("succeeded", "", "", "a\ufffdb\ufffd")
+    assert stored["c2"] == ("invalid", "bad\ufffdtype", "why\ufffdnot", None)
+    assert all(stored[f"c{i}"] == ("succeeded", "", "", f"out {i}") for i in (0, *range(3, size)))
+    ledger.close()

@@ -409,9 +409,11 @@ class Ledger:
 
     def apply_rows(self, job: str, rows: list[bulk.Row], batch_id: str | None = None) -> None:
         """`apply` for rows already in `bulk.ROW` order (the ingestion hot path builds no ItemUpdate). A batch's rows
-        are first tried as moves of submitted items, which SQLite counts faster (ledger/bulk.py)."""
+        are first tried as moves of submitted items, which SQLite counts faster (ledger/bulk.py). A NUL in a row's
+        provider text is stored as U+FFFD (`bulk.nul_free`)."""
         if not rows:
             return
+        rows = bulk.nul_free(rows)
         if batch_id is not None and not self.postgres:
             with self.engine.connect() as conn, conn.begin() as transaction:
                 if bulk.apply(conn, self.postgres, job, rows, batch_id, submitted=True):

@@ -76,6 +76,10 @@ _PG_TEMP = (
     f"cache_read_tokens bigint, cache_write_tokens bigint) WITH (toast_tuple_target = {ROW_INLINE}) "
     "ON COMMIT DELETE ROWS"
 )
+#: The temporary table's column types, in `ROW` order: COPY in binary sends text as it is, where the text format
+#: escaped every output on the client and parsed it again on the server (0.5 s instead of 1.0 s per 100,000 ~2 KB
+#: results).
+_PG_TYPES = ("text", "text", "text", "text", "int4", "text", "text", "int8", "int8", "int8", "int8")
 _PG_UPDATE = (
     "UPDATE items SET state = u.state, error_type = u.error_type, reason = u.reason, via = u.via, "
     "attempts = COALESCE(u.attempts, items.attempts), output = u.output, input_tokens = u.input_tokens, "
@@ -88,6 +92,32 @@ _BATCH_USAGE = (
     "cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?, "
     "expired = expired + ? WHERE job = ? AND batch_id = ?"
 )
+
+
+#: What a NUL character (U+0000) in a provider's text becomes in the ledger: PostgreSQL's text cannot hold one (the
+#: whole chunk failed, and with it every step of the job), and SQLite gets the same rule so that results.jsonl is
+#: the same whichever ledger a job used.
+NUL, NUL_STORED = "\x00", "\ufffd"
+
+
+def nul_free(rows: list[Row]) -> list[Row]:
+    """The rows, with NUL in their provider text (error type, reason, output) replaced by `NUL_STORED`; the same list
+    when none holds one (one pass: a few ms per 100,000 rows)."""
+    if not any(NUL in r[2] or NUL in r[3] or (r[6] is not None and NUL in r[6]) for r in rows):
+        return rows
+    return [
+        (
+            r[0],
+            r[1],
+            r[2].replace(NUL, NUL_STORED),
+            r[3].replace(NUL, NUL_STORED),
+            r[4],
+            r[5],
+            None if r[6] is None else r[6].replace(NUL, NUL_STORED),
+            *r[7:],
+        )
+        for r in rows
+    ]
 
 
 def tally(
@@ -143,7 +173,8 @@ def apply(
             summary.add(cursor, False, counts)
         elif postgres and len(rows) >= COPY_MIN:
             cursor.execute(_PG_TEMP)
-            with cursor.copy(f"COPY barge_item_updates ({', '.join(ROW)}) FROM STDIN") as copy:
+            with cursor.copy(f"COPY barge_item_updates ({', '.join(ROW)}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_PG_TYPES)
                 for row in rows:
                     copy.write_row(row)
             cursor.execute(_PG_UPDATE, (job,))
