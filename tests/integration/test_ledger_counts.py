@@ -231,3 +231,38 @@ def test_a_batch_counted_by_its_writer_with_the_trigger_paused_stays_exact(tmp_p
     assert paused() == 0
     check(ledger)
     assert "submitted" not in ledger.counts(job)
+
+
+def test_job_counts_match_the_items_one_by_one(ledger_url: str) -> None:
+    """`Ledger.counts` (what each step's verdict reads: per state, viaFallback, retrying, budget) equals the same
+    figures counted here in Python from every item row, for a job holding each kind of item."""
+    ledger = Ledger(ledger_url)
+    job = "ns/job-counts/1"
+    ledger.ensure_job(job, "h")
+    n = 60
+    ledger.add_items(job, ({"custom_id": f"c{i}", "line": i + 1, "state": "pending"} for i in range(n)))
+    ledger.add_items(job, [{"custom_id": "#bad", "line": -1, "state": "invalid"}])
+    changes = []
+    for i in range(n):
+        kind = i % 6
+        if kind == 0:
+            changes.append(ItemUpdate(f"c{i}", "succeeded", "", "", 1, "sync", "out"))
+        elif kind == 1:
+            changes.append(ItemUpdate(f"c{i}", "pending", "overloaded", "retry", 1))
+        elif kind == 2:
+            changes.append(ItemUpdate(f"c{i}", "failed", "budget_exceeded", "over budget", 0))
+        elif kind == 3:
+            changes.append(ItemUpdate(f"c{i}", "pending", "budget_exceeded", "held", 0, "sync"))
+        elif kind == 4:
+            changes.append(ItemUpdate(f"c{i}", "succeeded", "", "", 1, "batch", "out"))
+    ledger.apply(job, changes)
+    rows = ledger._rows("SELECT state, via, line, attempts, error_type FROM items WHERE job = ?", (job,))
+    expected: dict[str, int] = {}
+    for state, *_ in rows:
+        expected[state] = expected.get(state, 0) + 1
+    expected["viaFallback"] = sum(r[1] == "sync" for r in rows)
+    expected["retrying"] = sum(r[0] == "pending" and r[2] > 0 and r[3] > 0 for r in rows)
+    expected["budget"] = sum(r[4] == "budget_exceeded" for r in rows)
+    assert ledger.counts(job) == expected
+    assert (expected["viaFallback"], expected["retrying"], expected["budget"]) == (20, 10, 20)
+    ledger.close()

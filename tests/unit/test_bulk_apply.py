@@ -120,7 +120,7 @@ def test_the_trigger_is_back_after_the_fallback_and_after_an_error(tmp_path: Pat
     assert exact(ledger)
 
     bad: list[Any] = rows(21, 30)
-    bad[-1] = (*bad[-1][:6], object(), *bad[-1][7:])  # binding the last row fails, mid-statement
+    bad[-1] = (*bad[-1][:7], object(), *bad[-1][8:])  # binding the last row's tokens fails, mid-statement
     with pytest.raises(sqlite3.ProgrammingError, match="binding"):
         ledger.apply_rows(JOB, bad, "b1")
     assert triggers(ledger) == before
