@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from barge.ledger import Ledger, chunked
 
@@ -102,4 +103,34 @@ def test_a_shard_move_holds_a_window_of_journal_not_a_shard(tmp_path: Path) -> N
     assert states(ledger)["submitted"] == count
     assert intent < 8 << 20, f"the intent's move held {intent / 2**20:.1f} MB over what it kept"
     assert record < 8 << 20, f"the record's move held {record / 2**20:.1f} MB over what it kept"
+    ledger.close()
+
+
+def test_sqlite_moves_walk_the_table_in_key_order(tmp_path: Path) -> None:
+    """On SQLite the moves go by windows of WINDOW items in custom_id order, the table's own, not by windows of
+    lines: with ids that do not sort by line a window of lines was a page per item (the record's move of 100k
+    random ids: 3.4 s, 0.8 s now). Seen in the statements: each move's windows start at every WINDOW-th of the
+    range's custom_ids, sorted, and they run OR FAIL (no statement journal)."""
+    ledger = Ledger(str(tmp_path / "ledger.db"))
+    ledger.ensure_job(JOB, "h")
+    last = 3 * chunked.WINDOW + 50
+    rows = planned(range(1, last + 1), random.Random(3))
+    ledger.add_planned(JOB, rows, [])
+    seen: list[tuple[str, tuple[object, ...]]] = []
+
+    @event.listens_for(ledger.engine, "before_cursor_execute")
+    def trace(_conn: object, _cursor: object, statement: str, parameters: object, *_: object) -> None:
+        if statement.startswith("UPDATE") and isinstance(parameters, tuple):
+            seen.append((statement, parameters))
+
+    count = states(ledger)["pending"]
+    ledger.open_intent(JOB, "s00000", 1, 1, last, count)
+    ledger.record_batch(JOB, "s00000", "b0", "anthropic", 1, count, "in_progress", 0.0)
+    assert states(ledger)["submitted"] == count
+    ids = sorted(str(r[0]) for r in rows)
+    for move in ("UPDATE OR FAIL items SET state = 'submitting'", "UPDATE OR FAIL items SET state = 'submitted'"):
+        windows = [(s, p) for s, p in seen if s.startswith(move)]
+        starts = [p[-4] if "custom_id < ?" in s else p[-3] for s, p in windows]
+        assert starts == ids[:: chunked.WINDOW], move
+        assert all(p[-2:] == (1, last) for _, p in windows)
     ledger.close()
