@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -46,11 +47,15 @@ def postgres_server() -> Iterator[str]:
         yield url
 
 
-def write_input(path: Path, n: int, pad: str = "z" * 1900) -> int:
-    """N items of ~2 KB, `{"id": "i<n>", "text": "item <n> zzz..."}` per line; returns the file's size."""
+def write_input(path: Path, n: int, pad: str = "z" * 1900, *, random_ids: bool = False) -> int:
+    """N items of ~2 KB, `{"id": "i<n>", "text": "item <n> zzz..."}` per line; returns the file's size. With
+    `random_ids` the ids are 16 random hex digits (seeded), as hashes and UUIDs lie: `i<n>` sorts nearly in line
+    order, and the ledger's items table is clustered on the custom_id made from it."""
+    rng = random.Random(14)
     with path.open("wb") as fh:
         for i in range(n):
-            fh.write(json.dumps({"id": f"i{i}", "text": f"item {i} {pad}"}).encode() + b"\n")
+            item_id = f"{rng.getrandbits(64):016x}" if random_ids else f"i{i}"
+            fh.write(json.dumps({"id": item_id, "text": f"item {i} {pad}"}).encode() + b"\n")
     return path.stat().st_size
 
 

@@ -11,6 +11,8 @@ Sizes: BENCH_SUBMIT_SIZES (default "10000,100000" items of ~2 KB; add 1000000 fo
 holds every request in memory (~12 GB at 1M items): it runs up to BENCH_SUBMIT_NAIVE_MAX items (default 200000),
 its cells show "-" above. BENCH_SUBMIT_PROVIDERS narrows the providers (default "anthropic,openai");
 BENCH_SUBMIT_PROFILE=PREFIX writes a cProfile of each Barge run to PREFIX-<provider>.prof (its main thread only).
+BENCH_SUBMIT_IDS=random gives the items ids of 16 random hex digits instead of `i<n>`, which sort nearly in line
+order (the ledger's items table is clustered on the custom_id made from the id).
 """
 
 from __future__ import annotations
@@ -235,7 +237,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="barge-bench-submit-") as tmp:
         for n in sizes:
             data = Path(tmp) / f"in-{n}.jsonl"
-            size_mb = write_input(data, n) / 1e6
+            size_mb = write_input(data, n, random_ids=os.environ.get("BENCH_SUBMIT_IDS") == "random") / 1e6
             for kind in kinds:
                 shards = [str(p) for p in write_floor_shards(kind, data, Path(tmp))]
                 floor, floor_rss = measure("floor", kind, shards)
