@@ -60,9 +60,15 @@ FRAME = struct.Struct("!QI")  # line number, length
 ROWS = struct.Struct("!IIII")
 ROWS_BYTES = 1 << 20  # the child sends a frame of rows once it holds this many bytes ...
 ROWS_COUNT = 2000  # ... or this many rows
-WRITE_BYTES = 4 << 20  # rows per ledger write (one transaction): about this many payload bytes ...
-WRITE_ROWS = 20_000  # ... or this many rows; at most two such chunks are held (one being written)
-WRITE_FRAMES = WRITE_ROWS // ROWS_COUNT  # ... or this many frames of rows
+#: Ledger writes (one transaction each, at most two chunks held: one being written): the payload pages once they
+#: hold this many bytes ...
+WRITE_BYTES = 4 << 20
+#: ... and the rows, with the pages held then, once their JSON holds this many bytes (~15,000-20,000 rows). Apart
+#: because the rows are small and their writes cost by the transaction: `items` is clustered on custom_id, so rows
+#: whose ids do not sort by line land all over it, and every transaction wrote again each page it touched. Written
+#: with the pages, every ~2,000 rows of ~2 KB payloads, 100k rows with random ids took 1.7 s of the writer's CPU;
+#: 1.0 s by 20,000 (0.55 s either way with ids in line order; bench/README.md, Submission, sixth round).
+WRITE_ROW_BYTES = 2 << 20
 LIMIT_ERRORS = ("template_timeout", "resource_limit", "template_limit")
 READ_BYTES = 1 << 20  # the child's read buffer on its input: each read empties the pipe (see child())
 
@@ -150,14 +156,16 @@ async def plan(
     loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(1, thread_name_prefix="barge-plan")  # one writer thread (one malloc arena)
 
-    async def flush() -> None:
-        """Write the rows held so far in a thread, after the previous write (at most two chunks in memory)."""
+    async def flush(*, pages_only: bool = False) -> None:
+        """Write the rows and pages held so far in a thread, after the previous write (at most two chunks in
+        memory); `pages_only` keeps the rows for a later write."""
         nonlocal written, writer, rows, held_pages
         if writer is not None:
             written += await writer
             writer = None
-        if rows:
-            chunk, chunk_pages, rows, held_pages = rows, held_pages, [], []
+        if rows or held_pages:
+            chunk, chunk_pages = ([] if pages_only else rows), held_pages
+            rows, held_pages = (rows if pages_only else []), []
             writer = asyncio.ensure_future(loop.run_in_executor(pool, ledger.add_frames, key, chunk, chunk_pages))
 
     async def feed() -> None:
@@ -180,7 +188,7 @@ async def plan(
 
     async def collect() -> None:
         nonlocal error
-        held = 0
+        held = held_rows = 0
         while True:
             try:
                 lengths = ROWS.unpack(await stdout.readexactly(ROWS.size))
@@ -195,10 +203,14 @@ async def plan(
             if said:
                 error = said.decode(errors="replace")
                 return
-            held += len(text) + len(frame)
-            if held >= WRITE_BYTES or len(rows) >= WRITE_FRAMES:
-                held = 0
+            held += len(text)
+            held_rows += len(frame)
+            if held_rows >= WRITE_ROW_BYTES:
+                held = held_rows = 0
                 await flush()
+            elif held >= WRITE_BYTES:
+                held = 0
+                await flush(pages_only=True)
 
     try:
         async with asyncio.timeout(limits.wall_seconds):
