@@ -15,16 +15,21 @@ from barge.ledger.bulk import COPY_MIN
 N = COPY_MIN * 2 + 7  # over the COPY threshold on PostgreSQL
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-@pytest.mark.parametrize("size", [3, N], ids=["few", "many"])
-def test_bulk_apply_lands_every_row(tmp_path: Path, backend: str, size: int, request: pytest.FixtureRequest) -> None:
-    url = str(tmp_path / "l.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")
+def submitted(url: str, job: str, size: int) -> tuple[Ledger, str]:
+    """A ledger holding `job`'s items c0..c<size-1>, all submitted in batch b0."""
     ledger = Ledger(url)
-    job = f"ns/bulk/{backend}-{size}-{time.time_ns()}"
     ledger.ensure_job(job, "h")
     ledger.add_items(job, ({"custom_id": f"c{i}", "line": i + 1, "state": "pending"} for i in range(size)))
     ledger.open_intent(job, "s0", 1, 1, size, size)
     ledger.record_batch(job, "s0", "b0", "anthropic", 1, size, "ended", time.time())
+    return ledger, job
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("size", [3, N], ids=["few", "many"])
+def test_bulk_apply_lands_every_row(tmp_path: Path, backend: str, size: int, request: pytest.FixtureRequest) -> None:
+    url = str(tmp_path / "l.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    ledger, job = submitted(url, f"ns/bulk/{backend}-{size}-{time.time_ns()}", size)
     changes = []
     for i in range(size):
         if i % 3 == 0:
@@ -69,13 +74,8 @@ def test_postgres_keeps_outputs_in_the_item_row(postgres_url: str) -> None:
     with ledger.engine.begin() as conn:
         conn.exec_driver_sql("ALTER TABLE items RESET (toast_tuple_target)")
     ledger.close()
-    ledger = Ledger(postgres_url)
-    job = f"ns/inline/{time.time_ns()}"
-    ledger.ensure_job(job, "h")
     size = COPY_MIN + 10
-    ledger.add_items(job, ({"custom_id": f"c{i}", "line": i + 1, "state": "pending"} for i in range(size)))
-    ledger.open_intent(job, "s0", 1, 1, size, size)
-    ledger.record_batch(job, "s0", "b0", "anthropic", 1, size, "ended", time.time())
+    ledger, job = submitted(postgres_url, f"ns/inline/{time.time_ns()}", size)
     rng = random.Random(3)
     outputs = [" ".join("".join(rng.choices("abcdefghij", k=7)) for _ in range(375)) for _ in range(size)]
     toast = "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'items'::regclass"
@@ -99,12 +99,7 @@ def test_nul_in_provider_text_is_stored_as_a_replacement_character(
     """A provider's output, reason or error type holding NUL (U+0000) is stored with U+FFFD in its place, on both
     ledgers: PostgreSQL's text cannot hold NUL, and the whole chunk used to fail (every step of the job again)."""
     url = str(tmp_path / "l.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")
-    ledger = Ledger(url)
-    job = f"ns/nul/{backend}-{size}-{time.time_ns()}"
-    ledger.ensure_job(job, "h")
-    ledger.add_items(job, ({"custom_id": f"c{i}", "line": i + 1, "state": "pending"} for i in range(size)))
-    ledger.open_intent(job, "s0", 1, 1, size, size)
-    ledger.record_batch(job, "s0", "b0", "anthropic", 1, size, "ended", time.time())
+    ledger, job = submitted(url, f"ns/nul/{backend}-{size}-{time.time_ns()}", size)
     rows = [(f"c{i}", "succeeded", "", "", 1, "batch", f"out {i}", 1, 1, 0, 0) for i in range(size)]
     rows[1] = ("c1", "succeeded", "", "", 1, "batch", "a\x00b\x00", 1, 1, 0, 0)
     rows[2] = ("c2", "invalid", "bad\x00type", "why\x00not", 1, "batch", None, 0, 0, 0, 0)
