@@ -18,6 +18,7 @@ are now made with 16 KiB pages (ledger/__init__.py), so 128 lines: the same ~2 M
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import Connection
@@ -50,12 +51,11 @@ def update_keys(conn: Connection, sql: str, params: tuple[Any, ...], job: str, f
     here. The window starts come from one sort of the range's custom_ids (ix_items_line holds them: the table is
     not read), at most a shard's worth."""
     starts = [row[0] for row in conn.exec_driver_sql(_KEY_STARTS, (job, first, last, WINDOW))]
-    lines = " AND +line BETWEEN ? AND ?"
+    window = sql + " AND custom_id >= ? AND custom_id < ? AND +line BETWEEN ? AND ?"
+    tail = sql + " AND custom_id >= ? AND +line BETWEEN ? AND ?"  # the last window: no upper key
     changed = 0
-    for i, start in enumerate(starts):
-        if i + 1 < len(starts):
-            bounded = (*params, start, starts[i + 1], first, last)
-            changed += conn.exec_driver_sql(sql + " AND custom_id >= ? AND custom_id < ?" + lines, bounded).rowcount
-        else:
-            changed += conn.exec_driver_sql(sql + " AND custom_id >= ?" + lines, (*params, start, first, last)).rowcount
+    for start, end in pairwise(starts):
+        changed += conn.exec_driver_sql(window, (*params, start, end, first, last)).rowcount
+    if starts:
+        changed += conn.exec_driver_sql(tail, (*params, starts[-1], first, last)).rowcount
     return changed
