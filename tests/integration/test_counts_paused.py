@@ -13,9 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
-import barge.ledger as ledger_module
-from barge.ledger import _INSERT_ITEM, _RETRYING, _SHARD_LINES, ItemUpdate, Ledger, summary
+from barge.ledger import _RETRYING, ItemUpdate, Ledger, moves, summary
 from barge.ledger.chunked import update_lines
+from barge.ledger.moves import SHARD_LINES
+from barge.ledger.planned import INSERT_ITEM
 from tests.integration.test_ledger_counts import check, counted
 
 JOB = "ns/paused/1"
@@ -75,7 +76,7 @@ def test_frames_store_exactly_what_rows_bound_one_by_one_store(ledger_url: str) 
     assert ledger.add_frames(JOB, frames_of(rows), []) == len(rows)
     with ledger.engine.begin() as conn:  # the same rows bound one by one, as before frames
         cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cursor.executemany(ledger._sql(_INSERT_ITEM), [("ns/bound/1", *r) for r in rows])
+        cursor.executemany(ledger._sql(INSERT_ITEM), [("ns/bound/1", *r) for r in rows])
     assert items(ledger) == items(ledger, "ns/bound/1")
     assert [r[2] for r in items(ledger)[7:9]] == [nul, None]
     check(ledger)
@@ -120,7 +121,7 @@ def test_counts_stay_exact_through_plan_submission_and_their_failures(
             raise ConnectionResetError
         return moved
 
-    monkeypatch.setattr(ledger_module, "update_lines", crash)
+    monkeypatch.setattr(moves, "update_lines", crash)
     with pytest.raises(ConnectionResetError):
         ledger.open_intent(JOB, "s3", 1, 101, 200, rest)
     monkeypatch.undo()
@@ -175,7 +176,7 @@ def test_sqlite_reads_one_state_through_the_state_index(tmp_path: Path) -> None:
     ledger.apply(JOB, [ItemUpdate(f"c{k:05d}", "pending", "overloaded", "retry", attempts=1) for k in (1, 2, 3)])
     for sql, params, plain in (
         (_RETRYING, (JOB,), "SELECT COUNT(*) FROM items WHERE job = ? AND state = 'pending' AND attempts > 0"),
-        (_SHARD_LINES, (JOB, "s1"), "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' "),
+        (SHARD_LINES, (JOB, "s1"), "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' "),
     ):
         plan = ledger._rows(f"EXPLAIN QUERY PLAN {sql}", params)
         assert "ix_items_state" in str(plan), plan

@@ -14,7 +14,6 @@ themselves with the count triggers paused (ledger/summary.py).
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,66 +23,14 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, update
 
-from barge.ledger import bulk, pages, summary
-from barge.ledger.chunked import update_keys, update_lines
+from barge.ledger import bulk, moves, pages, planned, summary
+from barge.ledger.planned import PLANNED, Planned
 from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items, jobs, metadata
 
 __all__ = ["PLANNED", "TERMINAL", "ItemUpdate", "Ledger", "Planned", "normalise_url"]
 
 PAGE = 5000
-#: A planned item as the planner hands it over (`add_planned`; `add_frames`: JSON arrays of these), in this order.
-PLANNED = ("custom_id", "line", "item_id", "state", "error_type", "reason", "est_tokens", "size")
-Planned = tuple[str, int, str | None, str, str, str, int, int]
-_INSERT_ITEM = (
-    "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
-    "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
-    "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, '', 0, 0, 0, 0) ON CONFLICT (job, custom_id) DO NOTHING"
-)
-#: SQLite: a frame of planned items (a JSON array of `PLANNED` lists) inserted by one statement, parsed by SQLite: the
-#: rows are neither decoded nor bound one by one in Python, and the statement runs without the GIL (the plan's writer
-#: thread bound 2,000 rows per call holding it, against the event loop's thread).
-_INSERT_FRAME = (
-    "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
-    "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
-    "SELECT ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, 0, value ->> 4, value ->> 5, value ->> 6, "
-    "value ->> 7, '', 0, 0, 0, 0 FROM json_each(?) WHERE true ON CONFLICT (job, custom_id) DO NOTHING"
-)
-_FRAME_STATES = "SELECT value ->> 3, COUNT(*) FROM json_each(?) GROUP BY 1"
-#: SQLite's JSON ends a string at an escaped NUL: a frame holding one is bound row by row instead.
-_JSON_NUL = b"\\u0000"
-_INSERT_PAGE = (
-    "INSERT INTO payload_pages (job, first_line, last_line, n, lines, text) VALUES (?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (job, first_line) DO NOTHING"
-)
-_PG_PLANNED = (
-    "CREATE TEMPORARY TABLE IF NOT EXISTS barge_planned (custom_id text, line integer, item_id text, state text, "
-    "error_type text, reason text, est_tokens integer, size integer) ON COMMIT DELETE ROWS"
-)
-_PG_INSERT_PLANNED = (
-    "INSERT INTO items (job, custom_id, line, item_id, state, attempts, error_type, reason, est_tokens, size, "
-    "via, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
-    "SELECT %s, custom_id, line, item_id, state, 0, error_type, reason, est_tokens, size, '', 0, 0, 0, 0 "
-    "FROM barge_planned ON CONFLICT (job, custom_id) DO NOTHING"
-)
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-#: Submission's two state moves; each statement ends with `_LINES` (ledger/chunked.py fills in the window).
-_TO_SUBMITTING = "UPDATE items SET state = 'submitting', shard = ? WHERE job = ? AND state = 'pending'"
-_TO_SUBMITTED = (
-    "UPDATE items SET state = 'submitted', batch_id = ? WHERE job = ? AND state = 'submitting' AND shard = ?"
-)
-_LINES = " AND line BETWEEN ? AND ?"
-#: The same moves on SQLite, by windows of custom_ids (chunked.update_keys): no index but the key may serve them
-#: (`+state`, `+shard`), and OR FAIL: no statement journal. Nothing in them can fail a constraint; on any other
-#: error the caller's transaction is rolled back whole, so a statement's own rollback bought nothing, and it cost
-#: a copy of every page each window changed: ix_items_state's pages, which key order leaves in line order all over
-#: the index (random custom_ids, 100k items: intent 1.21 -> 0.58 s, record 1.47 -> 0.83 s).
-_BY_KEY = {
-    _TO_SUBMITTING: "UPDATE OR FAIL items SET state = 'submitting', shard = ? WHERE job = ? AND +state = 'pending'",
-    _TO_SUBMITTED: (
-        "UPDATE OR FAIL items SET state = 'submitted', batch_id = ? "
-        "WHERE job = ? AND +state = 'submitting' AND +shard = ?"
-    ),
-}
 #: `Ledger.counts`: PostgreSQL's one pass; SQLite's three reads. Retrying: pending after an attempt (lines count
 #: from 1: `line > 0` keeps every item, and makes SQLite read the state's range of ix_items_state instead of every
 #: item of the job, 17 ms per 100,000).
@@ -97,12 +44,6 @@ _COUNTS = (
 _STATE_COUNTS = "SELECT state, COUNT(*) FROM items WHERE job = ? GROUP BY state"
 _SYNC_BUDGET = f"SELECT {_SYNC_N}, {_BUDGET_N} FROM items WHERE job = ?"  # noqa: S608
 _RETRYING = f"SELECT COUNT(*) FROM items WHERE job = ? AND {_RETRYING_ITEM}"  # noqa: S608
-#: The shard's line range among its items in `submitting` (the same `line > 0` bound).
-_SHARD_LINES = (
-    "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND line > 0 AND shard = ?"
-)
-#: What every item holds before its first result: moved so, an item changes counts by its state alone.
-_NO_USAGE = " AND via = ''" + "".join(f" AND {c} = 0" for c in USAGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,25 +221,11 @@ class Ledger:
 
     def add_planned(self, job: str, rows: Sequence[Sequence[Any]], payload_pages: Sequence[pages.Page]) -> int:
         """Items (`PLANNED` sequences) and their payload pages in one transaction, ignoring ones already there (a
-        re-plan after a crash writes the same lines again). PostgreSQL: COPY into a temporary table and one
-        INSERT ... SELECT (one round trip, and one run of the count trigger, instead of one per row)."""
+        re-plan after a crash writes the same lines again); ledger/planned.py."""
         if not self.postgres:
             return self.add_frames(job, [orjson.dumps(rows)] if rows else [], payload_pages)
         with self.engine.begin() as conn:
-            cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                if len(rows) >= bulk.COPY_MIN:
-                    cursor.execute(_PG_PLANNED)
-                    with cursor.copy(f"COPY barge_planned ({', '.join(PLANNED)}) FROM STDIN") as copy:
-                        for row in rows:
-                            copy.write_row(row)
-                    cursor.execute(_PG_INSERT_PLANNED, (job,))
-                elif rows:
-                    cursor.executemany(self._sql(_INSERT_ITEM), [(job, *r) for r in rows])
-                if payload_pages:
-                    cursor.executemany(self._sql(_INSERT_PAGE), [(job, *p) for p in payload_pages])
-            finally:
-                cursor.close()
+            planned.insert_pg(conn, job, rows, payload_pages)
         return len(rows)
 
     def add_frames(self, job: str, frames: Sequence[bytes], payload_pages: Sequence[pages.Page]) -> int:
@@ -310,47 +237,14 @@ class Ledger:
             return self.add_planned(job, [row for frame in frames for row in orjson.loads(frame)], payload_pages)
         with self.engine.connect() as conn:
             with conn.begin() as transaction:
-                offered = self._insert_frames(conn, job, frames, payload_pages, count=True)
+                offered = planned.insert_frames(conn, job, frames, payload_pages, count=True)
                 if offered is not None:
                     return offered
                 transaction.rollback()
             with conn.begin():
-                offered = self._insert_frames(conn, job, frames, payload_pages, count=False)
+                offered = planned.insert_frames(conn, job, frames, payload_pages, count=False)
         assert offered is not None
         return offered
-
-    def _insert_frames(
-        self, conn: Connection, job: str, frames: Sequence[bytes], payload_pages: Sequence[pages.Page], *, count: bool
-    ) -> int | None:
-        """SQLite, in the caller's transaction: the frames' rows and the pages; the number of rows offered. With
-        `count`, the triggers are paused and the rows counted by state here: None when some row was not inserted
-        (the caller must roll back: its counts are unknown)."""
-        cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            paused = count and summary.pause(cursor)
-            states: Counter[str] = Counter()
-            inserted = 0
-            for frame in frames:
-                if _JSON_NUL in frame:
-                    rows = orjson.loads(frame)
-                    cursor.executemany(_INSERT_ITEM, [(job, *r) for r in rows])
-                    inserted += cursor.rowcount
-                    states.update(str(r[3]) for r in rows)
-                else:
-                    text = frame.decode()
-                    cursor.execute(_INSERT_FRAME, (job, text))
-                    inserted += cursor.rowcount
-                    states.update({str(state): int(n) for state, n in cursor.execute(_FRAME_STATES, (text,))})
-            if payload_pages:
-                cursor.executemany(_INSERT_PAGE, [(job, *p) for p in payload_pages])
-            if paused:
-                summary.resume(cursor)
-                if inserted != states.total():
-                    return None
-                summary.add(cursor, False, {(job, state, ""): [n, 0, 0, 0, 0] for state, n in states.items()})
-            return states.total()
-        finally:
-            cursor.close()
 
     def iter_items(
         self,
@@ -473,7 +367,7 @@ class Ledger:
                 )
             )
             lines, states = (first_line, last_line), ("pending", "submitting")
-            moved = self._move(conn, job, _TO_SUBMITTING, (shard, job), lines, states)
+            moved = moves.move(conn, self.postgres, job, moves.TO_SUBMITTING, (shard, job), lines, states)
             if moved != count:
                 raise RuntimeError(f"shard {shard}: expected {count} pending items, found {moved}")
 
@@ -514,41 +408,10 @@ class Ledger:
                 .where(intents.c.job == job, intents.c.shard == shard)
                 .values(state="created", batch_id=batch_id)
             )
-            first, last = conn.exec_driver_sql(self._sql(_SHARD_LINES), (job, shard)).one()
-            if first is not None:
-                lines, states = (int(first), int(last)), ("submitting", "submitted")
-                self._move(conn, job, _TO_SUBMITTED, (batch_id, job, shard), lines, states)
-
-    def _move(
-        self,
-        conn: Connection,
-        job: str,
-        sql: str,
-        params: tuple[Any, ...],
-        lines: tuple[int, int],
-        states: tuple[str, str],
-    ) -> int:
-        """A shard's items moved from one state to another by `sql` (+ `_LINES`), window by window of lines
-        (ledger/chunked.py), in the caller's transaction; the number moved. On SQLite the items with no usage and
-        `via` '' (every item, unless one kept a failed attempt's) move first, with the count triggers paused (the
-        update trigger dropped meanwhile: summary.update_trigger_dropped), by windows of custom_ids (`_BY_KEY`,
-        chunked.update_keys), and are counted here, by their state alone; then any other item of the lines moves
-        with the triggers on."""
-        moved = 0
-        if not self.postgres:
-            cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                if summary.pause(cursor):
-                    with summary.update_trigger_dropped(cursor):
-                        moved = update_keys(conn, _BY_KEY[sql] + _NO_USAGE, params, job, *lines)
-                    summary.resume(cursor)
-                    before, after = states
-                    summary.add(
-                        cursor, False, {(job, before, ""): [-moved, 0, 0, 0, 0], (job, after, ""): [moved, 0, 0, 0, 0]}
-                    )
-            finally:
-                cursor.close()
-        return moved + update_lines(conn, self._sql(sql + _LINES), params, *lines)
+            lines = moves.shard_lines(conn, self.postgres, job, shard)
+            if lines is not None:
+                states = ("submitting", "submitted")
+                moves.move(conn, self.postgres, job, moves.TO_SUBMITTED, (batch_id, job, shard), lines, states)
 
     def abandon_intent(self, job: str, shard: str) -> None:
         """The create certainly did not land: release the items to pending."""
