@@ -150,7 +150,8 @@ async def child_naive(kind: str, url: str, data: Path) -> dict[str, Any]:
 async def child_barge(kind: str, url: str, data: Path, ledger_url: str) -> dict[str, Any]:
     from barge.api.batchjob import LLMBatchJobSpec
     from barge.batch import prices, zygote
-    from barge.batch.runner import EngineSettings, Job, JobRunner
+    from barge.batch.job import EngineSettings, Job
+    from barge.batch.runner import JobRunner
     from barge.ledger import Ledger
     from barge.providers import make_provider
     from barge.storage import StoragePolicy, read_lines

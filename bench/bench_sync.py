@@ -65,7 +65,8 @@ async def bare(url: str) -> dict[str, Any]:
 async def barge(url: str, tmp: Path) -> dict[str, Any]:
     from barge.api.batchjob import LLMBatchJobSpec
     from barge.batch import prices
-    from barge.batch.runner import EngineSettings, Job, JobRunner
+    from barge.batch.job import EngineSettings, Job
+    from barge.batch.runner import JobRunner
     from barge.ledger import Ledger
     from barge.providers import make_provider
     from barge.storage import StoragePolicy, read_lines

@@ -12,7 +12,8 @@ from typing import Any
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import prices
 from barge.batch.admission_queue import BatchQuota
-from barge.batch.runner import EngineSettings, Job, JobRunner
+from barge.batch.job import EngineSettings, Job
+from barge.batch.runner import JobRunner
 from barge.batch.snapshot import Snapshot
 from barge.ledger import Ledger
 from barge.operator import quota

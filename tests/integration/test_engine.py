@@ -20,7 +20,8 @@ import pytest
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import prices
-from barge.batch.runner import EngineSettings, Job, JobRunner
+from barge.batch.job import EngineSettings, Job
+from barge.batch.runner import JobRunner
 from barge.batch.snapshot import Snapshot
 from barge.ledger import Ledger
 from barge.providers import make_provider

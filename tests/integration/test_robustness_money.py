@@ -16,7 +16,8 @@ import pytest
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import prices
-from barge.batch.runner import Job, JobRunner
+from barge.batch.job import Job
+from barge.batch.runner import JobRunner
 from barge.ledger import Ledger
 from tests.conftest import Factory, state
 from tests.integration.test_engine import FAST, provider_for, run_to_end

@@ -30,8 +30,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch.bounded import bound
+from barge.batch.job import spec_hash
 from barge.batch.render import PlanError
-from barge.batch.runner import spec_hash
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.errors import ProviderError, Transient
 from barge.storage import StorageError

@@ -18,7 +18,7 @@ from barge.ledger import Ledger
 from barge.providers.base import Usage
 
 if TYPE_CHECKING:
-    from barge.batch.runner import Job
+    from barge.batch.job import Job
 
 
 def rfc3339(ts: float | None) -> str | None:

@@ -25,8 +25,9 @@ from rich.table import Table
 from barge.api.batchjob import LLMBatchJob
 from barge.batch import plan as planning
 from barge.batch import prices, zygote
+from barge.batch.job import EngineSettings, Job
 from barge.batch.render import Renderer
-from barge.batch.runner import EngineSettings, Job, JobRunner
+from barge.batch.runner import JobRunner
 from barge.batch.snapshot import Snapshot
 from barge.ledger import Ledger
 from barge.providers import make_provider

@@ -118,7 +118,7 @@ def run(
 
     Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid.
     """
-    from barge.batch.runner import EngineSettings
+    from barge.batch.job import EngineSettings
     from barge.cli import local
 
     settings = EngineSettings(min_batch_window=min_batch_window, max_shard_requests=max_shard_requests)

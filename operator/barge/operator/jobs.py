@@ -30,8 +30,9 @@ from barge.api.pool import InferencePool
 from barge.batch import faults, prices
 from barge.batch.admission_queue import BatchQuota
 from barge.batch.bounded import bound
+from barge.batch.job import EngineSettings, Job
 from barge.batch.planner import PlanLimits
-from barge.batch.runner import EngineSettings, Job, JobRunner
+from barge.batch.runner import JobRunner
 from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
 from barge.k8s import schedule
