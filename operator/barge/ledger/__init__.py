@@ -480,41 +480,5 @@ class Ledger:
 
     def metric_rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Item counts and sync usage come from `item_counts` (ledger/summary.py), never from a scan of the items."""
-        usage = ", ".join(f"COALESCE(SUM(x.{c}), 0)" for c in USAGE)
-        counted = ", ".join(f"CAST(SUM(x.{c}) AS BIGINT)" for c in USAGE)  # PostgreSQL's SUM(bigint) is numeric
         self.fold_counts()
-        return {
-            "items": self._rows(
-                "SELECT j.tenant, j.model, c.state, CAST(SUM(c.n) AS BIGINT) FROM item_counts c "
-                "JOIN jobs j ON j.job = c.job GROUP BY j.tenant, j.model, c.state HAVING SUM(c.n) > 0",
-                (),
-            ),
-            "batch": self._rows(
-                f"SELECT j.tenant, j.model, {usage} FROM batches x JOIN jobs j ON j.job = x.job "  # noqa: S608
-                "GROUP BY j.tenant, j.model",
-                (),
-            ),
-            "sync": self._rows(
-                f"SELECT j.tenant, j.model, {counted} FROM item_counts x JOIN jobs j ON j.job = x.job "  # noqa: S608
-                "WHERE x.via = 'sync' GROUP BY j.tenant, j.model HAVING SUM(x.n) > 0",
-                (),
-            ),
-            "live": self._rows(
-                "SELECT provider, MIN(submitted_at) FROM batches WHERE ingested = ? GROUP BY provider", (False,)
-            ),
-            # per job (its key is namespace/name/uid in the operator): the tenant it is metered by
-            "jobs": self._rows("SELECT job, tenant FROM jobs", ()),
-            # per job and provider: batches in which requests expired, and how many requests expired
-            "expired": self._rows(
-                "SELECT job, provider, SUM(CASE WHEN expired > 0 OR status = 'expired' THEN 1 ELSE 0 END), "
-                "SUM(expired) FROM batches GROUP BY job, provider",
-                (),
-            ),
-            # per tenant and provider: ingested batches by what was deleted at the provider (batch/retention.py)
-            "cleanup": self._rows(
-                "SELECT j.tenant, x.provider, x.cleanup, COUNT(*) FROM batches x JOIN jobs j ON j.job = x.job "
-                "WHERE x.ingested = ? AND x.status NOT IN ('foreign', 'not_found') "
-                "GROUP BY j.tenant, x.provider, x.cleanup",
-                (True,),
-            ),
-        }
+        return {name: self._rows(sql, params) for name, (sql, params) in summary.METRIC_QUERIES.items()}

@@ -28,7 +28,8 @@ The two dialects keep it differently, because of what a hot row costs each:
   folds (each delta row is deleted, and so counted, once).
 
 A ledger written before this existed gets the table filled from a GROUP BY once, when it is first opened
-(`install`, under a lock, so that no write can fall between the count and the triggers).
+(`install`, under a lock, so that no write can fall between the count and the triggers). What /metrics reads of
+it, and of the few batch rows per job, is `METRIC_QUERIES`.
 """
 
 # ruff: noqa: S608  (every statement here is built from the constant column names below, never from input)
@@ -206,3 +207,42 @@ def fold(conn: Connection, postgres: bool) -> None:
             f"INSERT INTO item_counts ({_ALL}) SELECT {KEY}, {sums} FROM moved GROUP BY {KEY} "
             f"ON CONFLICT ({KEY}) DO UPDATE SET {_ADD}"
         )
+
+
+_SUM_USAGE = ", ".join(f"COALESCE(SUM(x.{c}), 0)" for c in USAGE)
+_COUNTED_USAGE = ", ".join(f"CAST(SUM(x.{c}) AS BIGINT)" for c in USAGE)  # PostgreSQL's SUM(bigint) is numeric
+#: What /metrics reads (`Ledger.metric_rows`): name -> (SQL, parameters). Item counts and sync usage from
+#: `item_counts`, never from a scan of the items; batches are few per job.
+METRIC_QUERIES: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "items": (
+        "SELECT j.tenant, j.model, c.state, CAST(SUM(c.n) AS BIGINT) FROM item_counts c "
+        "JOIN jobs j ON j.job = c.job GROUP BY j.tenant, j.model, c.state HAVING SUM(c.n) > 0",
+        (),
+    ),
+    "batch": (
+        f"SELECT j.tenant, j.model, {_SUM_USAGE} FROM batches x JOIN jobs j ON j.job = x.job "
+        "GROUP BY j.tenant, j.model",
+        (),
+    ),
+    "sync": (
+        f"SELECT j.tenant, j.model, {_COUNTED_USAGE} FROM item_counts x JOIN jobs j ON j.job = x.job "
+        "WHERE x.via = 'sync' GROUP BY j.tenant, j.model HAVING SUM(x.n) > 0",
+        (),
+    ),
+    "live": ("SELECT provider, MIN(submitted_at) FROM batches WHERE ingested = ? GROUP BY provider", (False,)),
+    # per job (its key is namespace/name/uid in the operator): the tenant it is metered by
+    "jobs": ("SELECT job, tenant FROM jobs", ()),
+    # per job and provider: batches in which requests expired, and how many requests expired
+    "expired": (
+        "SELECT job, provider, SUM(CASE WHEN expired > 0 OR status = 'expired' THEN 1 ELSE 0 END), "
+        "SUM(expired) FROM batches GROUP BY job, provider",
+        (),
+    ),
+    # per tenant and provider: ingested batches by what was deleted at the provider (batch/retention.py)
+    "cleanup": (
+        "SELECT j.tenant, x.provider, x.cleanup, COUNT(*) FROM batches x JOIN jobs j ON j.job = x.job "
+        "WHERE x.ingested = ? AND x.status NOT IN ('foreign', 'not_found') "
+        "GROUP BY j.tenant, x.provider, x.cleanup",
+        (True,),
+    ),
+}
