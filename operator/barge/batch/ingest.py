@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 import orjson
 
 from barge.batch import failpoints
-from barge.batch.routing import missing, route
+from barge.batch.routing import missing, route, unreadable
 from barge.ledger import ItemUpdate, Ledger
 from barge.ledger.bulk import Row
 from barge.providers.base import BatchInfo, BatchProvider, Outcome, Parsed, Result, as_result
 from barge.providers.errors import Fatal
+from barge.providers.jsonl import UNREADABLE
 
 CHUNK = 100_000  # rows per transaction: a whole Anthropic batch, two OpenAI ones; ~50 MB at 2 KB outputs
 PartWriter = Callable[[str, Iterable[bytes]], None]
@@ -39,6 +40,9 @@ class Report:
     foreign: int = 0
     released: bool = False
     fatal: Result | None = None
+    unreadable: int = 0
+    """Result lines that could not be read (`providers.jsonl.UNREADABLE`); `why`: the first one's reason."""
+    why: str = ""
 
     def count(self, rows: list[Row]) -> None:
         for r in rows:
@@ -125,6 +129,10 @@ async def ingest(
             cid = parsed[0]
             attempts = left.pop(cid, None)
             if attempts is None:
+                if not cid and parsed[7] == UNREADABLE:  # a line nobody can read: its item is left unseen
+                    report.unreadable += 1
+                    report.why = report.why or parsed[8]
+                    continue
                 if cid not in expected:
                     members = ledger.members_of(job, info.id) if members is None else members
                     report.foreign += cid not in members  # members not expected: applied before a restart
@@ -144,7 +152,12 @@ async def ingest(
         ledger.set_batch(job, info.id, ingested=True, status="foreign", ended_at=clock())
         report.released = True
         return report
-    chunk += [_as_row(route(missing(cid), n, max_attempts)) for cid, n in left.items()]
+    if report.unreadable:  # the unseen items' results may be among the unreadable lines: retried as such
+        chunk += [
+            _as_row(route(unreadable(cid, report.unreadable, report.why), n, max_attempts)) for cid, n in left.items()
+        ]
+    else:
+        chunk += [_as_row(route(missing(cid), n, max_attempts)) for cid, n in left.items()]
     commit()
     ledger.set_batch(job, info.id, ingested=True, status=info.status, ended_at=clock())
     return report
@@ -172,6 +185,13 @@ def report_events(info: BatchInfo, report: Report, on_event: Callable[[str, str,
         + (f"; {report.foreign} unknown ids ignored" if report.foreign else ""),
         "Normal",
     )
+    if report.unreadable:
+        on_event(
+            "UnreadableResults",
+            f"{report.unreadable} result lines of batch {info.id} could not be read (first: {report.why}); "
+            "the requests without a readable result are retried",
+            "Warning",
+        )
     if states.get("pending"):
         on_event("Retrying", f"{states['pending']} items from batch {info.id} will be resubmitted", "Normal")
     if states.get("invalid"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from barge.batch.admission_queue import TOKEN_LIMIT
 from barge.ledger import ItemUpdate
 from barge.providers.base import Outcome, Result
+from barge.providers.jsonl import UNREADABLE
 
 
 def route(result: Result, attempts: int, max_attempts: int, via: str = "batch") -> ItemUpdate:
@@ -64,6 +65,17 @@ def route(result: Result, attempts: int, max_attempts: int, via: str = "batch") 
         f"{reason} (after {used} attempts)",
         attempts=used,
         via=via,
+    )
+
+
+def unreadable(custom_id: str, lines: int, why: str) -> Result:
+    """A submitted request with no readable result, in a batch whose results held `lines` unreadable lines (one of
+    them may have been its own: which, nobody can tell)."""
+    return Result(
+        custom_id,
+        Outcome.TRANSIENT,
+        error_type=UNREADABLE,
+        message=f"no readable result for this request: {lines} result lines of its batch could not be read ({why})",
     )
 
 

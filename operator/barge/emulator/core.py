@@ -14,7 +14,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeGuard
 
 from aiohttp import web
@@ -108,11 +108,15 @@ class Answer:
     cache_write_tokens: int = 0
     message: str = ""
     truncated: bool = False
+    garbled: bool = False
+    """Answered (and billed) as succeeded, but its line of the results file is served unreadable (`garble`)."""
 
 
 def answer(item: Item, outcome: str, cache_hit: bool, reply_chars: int = 200) -> Answer:
     if item.invalid:
         return Answer("invalid_request", message=item.invalid)
+    if outcome == "garbled":
+        return replace(answer(item, "succeeded", cache_hit, reply_chars), garbled=True)
     if outcome == "invalid_request":
         return Answer("invalid_request", message="emulated invalid request")
     if outcome in ("server_error", "expired", "canceled"):
@@ -129,6 +133,20 @@ def answer(item: Item, outcome: str, cache_hit: bool, reply_chars: int = 200) ->
         cache_write_tokens=0 if cache_hit else cached,
         truncated=len(text) < len(full),
     )
+
+
+def garble(line: bytes, index: int) -> bytes:
+    """A results line as a broken proxy or a corrupted file could serve it, one of four ways by its index: cut in
+    the middle, invalid UTF-8, a lone surrogate escape (valid to Python's json, not to strict parsers), or an array
+    around the object (valid JSON of the wrong shape)."""
+    kind = index % 4
+    if kind == 0:
+        return line[: len(line) // 2]
+    if kind == 1:
+        return line.replace(b'"custom_id"', b'"custom_id\xff"', 1)
+    if kind == 2:
+        return line.replace(b'"custom_id":"', b'"custom_id":"\\ud800', 1)
+    return b"[" + line + b"]"
 
 
 def draw(rng: random.Random, probabilities: dict[str, float]) -> str:
@@ -169,8 +187,12 @@ class Batch:
     def rendered(self, key: str, render: Callable[[int, Item, Answer], bytes | None]) -> bytes:
         """A results file, serialised once (the batch has ended, so it cannot change) and served from memory."""
         if key not in self._rendered:
-            parts = (render(index, item, ans) for index, (item, ans) in enumerate(self.answers()))
-            self._rendered[key] = b"".join(p + b"\n" for p in parts if p is not None)
+            lines = []
+            for index, (item, ans) in enumerate(self.answers()):
+                line = render(index, item, ans)
+                if line is not None:
+                    lines.append(garble(line, index) if ans.garbled else line)
+            self._rendered[key] = b"".join(p + b"\n" for p in lines)
         return self._rendered[key]
 
     @property
@@ -219,9 +241,13 @@ class Batch:
             return counts
         for index, item in enumerate(self.items):
             outcome = "invalid_request" if item.invalid else self.final_outcome(index)
-            key = {"succeeded": "succeeded", "refusal": "succeeded", "canceled": "canceled", "expired": "expired"}.get(
-                outcome, "errored"
-            )
+            key = {
+                "succeeded": "succeeded",
+                "garbled": "succeeded",
+                "refusal": "succeeded",
+                "canceled": "canceled",
+                "expired": "expired",
+            }.get(outcome, "errored")
             counts[key] += 1
         return counts
 

@@ -204,7 +204,7 @@ class AnthropicProvider:
         # The SDK's raw streamed response, parsed here with orjson: no SDK model is built per line.
         try:
             async for page in jsonl.pages(self._result_bytes(batch_id)):
-                yield [parse_line(orjson.loads(line)) for line in page]
+                yield jsonl.parsed(page, parse_line)
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
 

@@ -225,7 +225,7 @@ class OpenAIProvider:
                     continue
                 async with self.client.files.with_streaming_response.content(file_id) as response:
                     async for page in jsonl.pages(response.iter_bytes()):
-                        yield [parse_line(orjson.loads(line)) for line in page]
+                        yield jsonl.parsed(page, parse_line)
         except openai.APIError as exc:
             raise from_sdk(exc, openai) from exc
 

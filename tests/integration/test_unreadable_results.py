@@ -1,0 +1,80 @@
+"""Result lines that cannot be read (cut short, invalid UTF-8, a lone surrogate, JSON of the wrong shape) end in a
+visible state, not in a job that fails every step.
+
+Ingestion parses the provider's JSONL itself (issue 14). Before, one such line raised out of the whole ingestion,
+and every later step downloaded the results again and failed on the same line: the job held its items `submitted`
+until its deadline, or for ever. The emulator's `garbled` outcome answers (and bills) a request as succeeded and
+serves its results line unreadable, one of four ways (`emulator.core.garble`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from barge.batch import prices
+from barge.batch.runner import JobRunner
+from barge.ledger import Ledger
+from tests.conftest import Factory
+from tests.integration.test_engine import FAST, check_accounting, make_job, provider_for, run_to_end
+
+N = 200
+
+
+def garbled_ids(emu: object, batch_index: int) -> set[str]:
+    ordered = sorted(emu.store.batches.values(), key=lambda b: b.created_at)  # type: ignore[attr-defined]
+    return {item.custom_id for item, ans in ordered[batch_index].answers() if ans.garbled}
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+async def test_unreadable_lines_are_retried_and_announced(start_emulator: Factory, tmp_path: Path, kind: str) -> None:
+    emu = start_emulator({"batch": {"outcomes": {"garbled": 0.1}}})
+    events: list[tuple[str, str, str]] = []
+    runner = JobRunner(
+        make_job(tmp_path, kind, N),
+        provider_for(kind, emu.url),
+        Ledger(str(tmp_path / "ledger.db")),
+        prices.load(),
+        FAST,
+        on_event=lambda *e: events.append(e),
+    )
+    snap = await run_to_end(runner)
+    first = garbled_ids(emu, 0)
+    assert 0 < len(first) < N
+    assert snap.phase == "Succeeded"
+    ok, bad = check_accounting(tmp_path, snap, N)
+    unreadable = [m for reason, m, kind_ in events if reason == "UnreadableResults" and kind_ == "Warning"]
+    ordered = sorted(emu.store.batches.values(), key=lambda b: b.created_at)
+    garbled = [(b.id, sum(a.garbled for _, a in b.answers())) for b in ordered]
+    assert [m.split(" could not")[0] for m in unreadable] == [
+        f"{n} result lines of batch {batch_id}" for batch_id, n in garbled if n
+    ]  # one event per batch with such lines, each with its count
+    second = ordered[1]
+    assert {item.custom_id for item in second.items} == first  # exactly the unreadable ones went again
+    attempts = {r["custom_id"]: r["attempt"] for r in ok}
+    assert all(attempts[c] >= 2 for c in first if c in attempts)
+    assert not [f for f in bad if f["error_type"] != "unreadable_result"]
+
+
+async def test_a_wholly_unreadable_results_file_fails_its_items_after_their_attempts(
+    start_emulator: Factory, tmp_path: Path
+) -> None:
+    emu = start_emulator({"batch": {"outcomes": {"garbled": 1.0}}})
+    events: list[tuple[str, str, str]] = []
+    runner = JobRunner(
+        make_job(tmp_path, "openai", 40, retry={"maxAttempts": 2}),
+        provider_for("openai", emu.url),
+        Ledger(str(tmp_path / "ledger.db")),
+        prices.load(),
+        FAST,
+        on_event=lambda *e: events.append(e),
+    )
+    snap = await run_to_end(runner)
+    assert snap.phase == "Failed"  # nothing could be read: the success ratio is not met
+    ok, bad = check_accounting(tmp_path, snap, 40)
+    assert not ok
+    assert {(f["status"], f["error_type"]) for f in bad} == {("failed", "unreadable_result")}
+    assert "could not be read" in bad[0]["reason"]
+    assert len(emu.store.batches) == 2  # maxAttempts, no more
+    assert [r for r, _, _ in events].count("UnreadableResults") == 2

@@ -1,0 +1,57 @@
+"""`providers.jsonl.parsed`: a page of result lines where some cannot be read gives one marker per such line and
+the same answers as before for the others (the four ways `emulator.core.garble` breaks a line, and more)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from barge.emulator.core import garble
+from barge.providers import anthropic_provider, openai_provider
+from barge.providers.base import Outcome, Parsed
+from barge.providers.jsonl import UNREADABLE, parsed
+
+
+def anthropic_line(cid: str) -> bytes:
+    message = {"content": [{"type": "text", "text": f"out {cid}"}], "usage": {"input_tokens": 5, "output_tokens": 6}}
+    return orjson.dumps({"custom_id": cid, "result": {"type": "succeeded", "message": message}})
+
+
+def openai_line(cid: str) -> bytes:
+    body = {
+        "choices": [{"message": {"content": f"out {cid}"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 6},
+    }
+    return orjson.dumps({"custom_id": cid, "response": {"status_code": 200, "body": body}})
+
+
+@pytest.mark.parametrize(
+    ("make", "parse_line"),
+    [(anthropic_line, anthropic_provider.parse_line), (openai_line, openai_provider.parse_line)],
+)
+def test_each_unreadable_line_is_a_marker_and_the_rest_parse_as_before(
+    make: Callable[[str], bytes], parse_line: Callable[[Any], Parsed]
+) -> None:
+    good = [make(f"c{i}") for i in range(8)]
+    page = list(good)
+    for way in range(4):  # cut short, not UTF-8, a lone surrogate, an array around the object
+        page.insert(2 * way + 1, garble(make(f"bad{way}"), way))
+    page += [b"null", b'"a string"', b"[]", b"{}"]
+    out = parsed(page, parse_line)
+    assert len(out) == len(page)
+    markers = [p for p in out if p[7] == UNREADABLE]
+    assert [p[0] for p in markers] == [""] * 7  # the four garbled lines, null, a string and an array
+    assert all(p[1] is Outcome.TRANSIENT and p[8] for p in markers)
+    assert {p[8].split(":")[0] for p in markers} >= {"JSONDecodeError", "AttributeError"}
+    readable = [p for p in out if p[7] != UNREADABLE]
+    assert readable[:8] == [parse_line(orjson.loads(line)) for line in good]
+    assert [p[1] for p in readable[:8]] == [Outcome.SUCCEEDED] * 8
+    assert readable[8] == parse_line({})  # an empty object is read as it was (no custom_id: not one of ours)
+
+
+def test_a_readable_page_is_parsed_in_one_pass() -> None:
+    page = [openai_line(f"c{i}") for i in range(3)]
+    assert parsed(page, openai_provider.parse_line) == [openai_provider.parse_line(orjson.loads(x)) for x in page]
