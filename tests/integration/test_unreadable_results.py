@@ -78,3 +78,29 @@ async def test_a_wholly_unreadable_results_file_fails_its_items_after_their_atte
     assert "could not be read" in bad[0]["reason"]
     assert len(emu.store.batches) == 2  # maxAttempts, no more
     assert [r for r, _, _ in events].count("UnreadableResults") == 2
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+async def test_unreadable_synchronous_answers_are_retried_not_raised(
+    start_emulator: Factory, tmp_path: Path, kind: str
+) -> None:
+    """The synchronous path (engine pools, the deadline fallback): a 200 whose body cannot be read is a transient
+    `unreadable_response`, retried; before, it raised out of the whole synchronous pass, and every later step paid
+    for the same request again."""
+    emu = start_emulator({"sync": {"latencyMs": 1, "outcomes": {"garbled": 0.25}}})
+    runner = JobRunner(
+        make_job(tmp_path, kind, 40),
+        provider_for(kind, emu.url),
+        Ledger(str(tmp_path / "ledger.db")),
+        prices.load(),
+        FAST,
+        sync_only=True,
+    )
+    snap = await run_to_end(runner)
+    assert snap.phase == "Succeeded"
+    ok, bad = check_accounting(tmp_path, snap, 40)
+    assert all(r["via"] == "sync" for r in ok)
+    assert not [f for f in bad if f["error_type"] != "unreadable_response"]
+    calls = emu.store.sync_requests
+    assert calls > 40  # the unreadable answers were asked again
+    assert calls <= 40 * 3 * 3  # and no more than sync tries x retry.maxAttempts per item

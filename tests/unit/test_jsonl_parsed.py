@@ -1,5 +1,6 @@
 """`providers.jsonl.parsed`: a page of result lines where some cannot be read gives one marker per such line and
-the same answers as before for the others (the four ways `emulator.core.garble` breaks a line, and more)."""
+the same answers as before for the others (the four ways `emulator.core.garble` breaks a line, and more); and
+`providers.base.read_answer`: a synchronous answer that cannot be read is a transient result, not an exception."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from barge.emulator.core import garble
 from barge.providers import anthropic_provider, openai_provider
-from barge.providers.base import Outcome, Parsed
+from barge.providers.base import UNREADABLE_ANSWER, Outcome, Parsed, read_answer
 from barge.providers.jsonl import UNREADABLE, parsed
 
 
@@ -55,3 +56,13 @@ def test_each_unreadable_line_is_a_marker_and_the_rest_parse_as_before(
 def test_a_readable_page_is_parsed_in_one_pass() -> None:
     page = [openai_line(f"c{i}") for i in range(3)]
     assert parsed(page, openai_provider.parse_line) == [openai_provider.parse_line(orjson.loads(x)) for x in page]
+
+
+@pytest.mark.parametrize("way", range(4))
+def test_an_unreadable_synchronous_answer_is_a_transient_result(way: int) -> None:
+    body = orjson.dumps({"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 3}})
+    read = openai_provider._completion_result
+    assert read_answer("c1", body, read) == read("c1", orjson.loads(body))
+    result = read_answer("c1", garble(body, way), read)
+    assert (result.custom_id, result.outcome, result.error_type) == ("c1", Outcome.TRANSIENT, UNREADABLE_ANSWER)
+    assert result.message.split(":")[0] in ("JSONDecodeError", "AttributeError")

@@ -18,6 +18,7 @@ from barge.emulator.core import (
     Item,
     Store,
     answer,
+    answer_response,
     item_from_messages,
     status_word,
     stream_bytes,
@@ -263,7 +264,7 @@ async def create_message(request: web.Request) -> web.Response:
     ans = answer(item, outcome, cache_hit=False)
     if ans.outcome == "invalid_request":
         return error(400, ans.message)
-    return web.json_response(message_json(item, ans, f"msg_sync_{store.sync_requests}"))
+    return answer_response(message_json(item, ans, f"msg_sync_{store.sync_requests}"), ans, store.sync_requests)
 
 
 def routes() -> list[web.RouteDef]:

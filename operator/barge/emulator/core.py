@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeGuard
 
+import orjson
 from aiohttp import web
 
 from barge.emulator.profile import Profile
@@ -136,17 +137,24 @@ def answer(item: Item, outcome: str, cache_hit: bool, reply_chars: int = 200) ->
 
 
 def garble(line: bytes, index: int) -> bytes:
-    """A results line as a broken proxy or a corrupted file could serve it, one of four ways by its index: cut in
-    the middle, invalid UTF-8, a lone surrogate escape (valid to Python's json, not to strict parsers), or an array
-    around the object (valid JSON of the wrong shape)."""
-    kind = index % 4
+    """A results line or answer body as a broken proxy or a corrupted file could serve it, one of four ways by
+    `index`: cut in the middle, a byte that is not UTF-8, a lone surrogate escape at the start of its first string
+    value (valid to Python's json, not to strict parsers), or an array around the object (JSON of another shape)."""
+    kind, middle = index % 4, len(line) // 2
     if kind == 0:
-        return line[: len(line) // 2]
+        return line[:middle]
     if kind == 1:
-        return line.replace(b'"custom_id"', b'"custom_id\xff"', 1)
-    if kind == 2:
-        return line.replace(b'"custom_id":"', b'"custom_id":"\\ud800', 1)
+        return line[:middle] + b"\xff" + line[middle:]
+    at = line.find(b'":"')
+    if kind == 2 and at >= 0:
+        return line[: at + 3] + b"\\ud800" + line[at + 3 :]
     return b"[" + line + b"]"
+
+
+def answer_response(payload: dict[str, Any], ans: Answer, n: int) -> web.Response:
+    """A synchronous answer (status 200); a garbled one's body is served unreadable (`garble`, by `n`)."""
+    body = orjson.dumps(payload)
+    return web.Response(body=garble(body, n) if ans.garbled else body, content_type="application/json")
 
 
 def draw(rng: random.Random, probabilities: dict[str, float]) -> str:

@@ -23,6 +23,7 @@ from barge.emulator.core import (
     ProviderName,
     Store,
     answer,
+    answer_response,
     item_from_messages,
     status_word,
     stream_bytes,
@@ -501,7 +502,8 @@ async def chat_completion(request: web.Request) -> web.Response:
     ans = answer(item, outcome, cache_hit=False)
     if ans.outcome == "invalid_request":
         return error(400, ans.message)
-    return web.json_response(completion_json(item, ans, f"chatcmpl-sync-{store.sync_requests}", store.clock()))
+    payload = completion_json(item, ans, f"chatcmpl-sync-{store.sync_requests}", store.clock())
+    return answer_response(payload, ans, store.sync_requests)
 
 
 def routes() -> list[web.RouteDef]:

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 BATCH_OUTCOMES = ("server_error", "invalid_request", "expired", "refusal", "garbled")
-SYNC_OUTCOMES = ("server_error", "invalid_request", "refusal")
+SYNC_OUTCOMES = ("server_error", "invalid_request", "refusal", "garbled")
 
 
 @dataclass(frozen=True)

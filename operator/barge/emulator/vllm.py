@@ -13,7 +13,7 @@ import json
 from aiohttp import web
 
 from barge.emulator import openai_api
-from barge.emulator.core import STORE, answer, item_from_messages
+from barge.emulator.core import STORE, answer, answer_response, item_from_messages
 
 VLLM: web.AppKey[VllmState] = web.AppKey("vllm", object)  # type: ignore[arg-type]
 
@@ -86,10 +86,9 @@ async def chat(request: web.Request) -> web.Response:
     if outcome == "server_error":
         return openai_api.error(500, "engine error", type_="InternalServerError")
     vllm.served += 1
-    return web.json_response(
-        openai_api.completion_json(
-            item, answer(item, outcome, cache_hit=False), f"chatcmpl-vllm-{vllm.served}", store.clock()
-        )
+    ans = answer(item, outcome, cache_hit=False)
+    return answer_response(
+        openai_api.completion_json(item, ans, f"chatcmpl-vllm-{vllm.served}", store.clock()), ans, vllm.served
     )
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import anthropic
 import httpx2
-import orjson
 from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
@@ -28,6 +27,7 @@ from barge.providers.base import (
     aiohttp_copy,
     as_parsed,
     flatten,
+    read_answer,
 )
 from barge.providers.encoding import anthropic_params as params
 from barge.providers.encoding import encode_anthropic
@@ -248,7 +248,7 @@ class AnthropicProvider:
             response = await self._sync_client.post("/v1/messages", body=params(request), cast_to=httpx2.Response)
         except anthropic.APIError as exc:
             return sync_failure(request.custom_id, from_sdk(exc, anthropic), exc)
-        return _message_result(request.custom_id, orjson.loads(response.content))
+        return read_answer(request.custom_id, response.content, _message_result)
 
     async def close(self) -> None:
         if self._sync is not None and self._sync is not self.client:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
+
+import orjson
 
 Client = TypeVar("Client")
 
@@ -172,3 +174,23 @@ def aiohttp_copy(client: Client, sdk: ModuleType) -> Client:
     calls: at 64 in flight it costs half the CPU per call of the default httpx one (bench/bench_sync.py)."""
     copy: Client = client.with_options(http_client=sdk.DefaultAioHttpClient())  # type: ignore[attr-defined]
     return copy
+
+
+#: The error type of a synchronous answer whose body could not be read (`read_answer`).
+UNREADABLE_ANSWER = "unreadable_response"
+
+
+def unreadable_reason(exc: BaseException) -> str:
+    """Why a provider's JSON could not be read, short, and serialisable (no lone surrogate)."""
+    return f"{type(exc).__name__}: {exc}"[:200].encode("utf-8", "backslashreplace").decode()
+
+
+def read_answer(custom_id: str, body: bytes, read: Callable[[str, dict[str, Any]], Result]) -> Result:
+    """A synchronous answer's body, decoded and read by the provider's `read`. A body that cannot be read (not JSON,
+    not UTF-8, a lone surrogate, another shape) is a transient `UNREADABLE_ANSWER`: retried as a server error is,
+    never an exception, which took down the whole synchronous pass and had every later step pay for the same
+    request again."""
+    try:
+        return read(custom_id, orjson.loads(body))
+    except Exception as exc:  # whatever the body makes the reader raise, the answer is unreadable
+        return Result(custom_id, Outcome.TRANSIENT, error_type=UNREADABLE_ANSWER, message=unreadable_reason(exc))

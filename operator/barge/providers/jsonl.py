@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from barge.providers.base import Outcome, Parsed
+from barge.providers.base import Outcome, Parsed, unreadable_reason
 
 #: The error type of a `Parsed` that stands for an unreadable line (its custom_id is "": no item has that id).
 UNREADABLE = "unreadable_result"
@@ -54,5 +54,4 @@ def _one(line: bytes, parse_line: Callable[[Any], Parsed]) -> Parsed:
     try:
         return parse_line(orjson.loads(line))
     except Exception as exc:  # as in parsed()
-        why = f"{type(exc).__name__}: {exc}"[:200].encode("utf-8", "backslashreplace").decode()  # no lone surrogate
-        return ("", Outcome.TRANSIENT, "", 0, 0, 0, 0, UNREADABLE, why)
+        return ("", Outcome.TRANSIENT, "", 0, 0, 0, 0, UNREADABLE, unreadable_reason(exc))

@@ -14,7 +14,6 @@ from typing import IO, Any, cast
 
 import httpx2
 import openai
-import orjson
 from openai.types import Batch
 
 from barge.providers import jsonl
@@ -29,6 +28,7 @@ from barge.providers.base import (
     aiohttp_copy,
     as_parsed,
     flatten,
+    read_answer,
 )
 from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
@@ -243,7 +243,7 @@ class OpenAIProvider:
             response = await self._sync_client.post("/chat/completions", body=body(request), cast_to=httpx2.Response)
         except openai.APIError as exc:
             return sync_failure(request.custom_id, from_sdk(exc, openai), exc)
-        return _completion_result(request.custom_id, orjson.loads(response.content))
+        return read_answer(request.custom_id, response.content, _completion_result)
 
     async def close(self) -> None:
         if self._sync is not None and self._sync is not self.client:
