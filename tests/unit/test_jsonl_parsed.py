@@ -1,17 +1,19 @@
 """`providers.jsonl.parsed`: a page of result lines where some cannot be read gives one marker per such line and
 the same answers as before for the others (the four ways `emulator.core.garble` breaks a line, and more); and
-`providers.base.read_answer`: a synchronous answer that cannot be read is a transient result, not an exception."""
+`providers.base.read_answer`: a synchronous answer that cannot be read is a transient result, not an exception;
+and `providers.jsonl.pages`: a line too long to be a result is dropped as it streams, never held."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 import pytest
 
 from barge.emulator.core import garble
-from barge.providers import anthropic_provider, openai_provider
+from barge.providers import anthropic_provider, jsonl, openai_provider
 from barge.providers.base import UNREADABLE_ANSWER, Outcome, Parsed, read_answer
 from barge.providers.jsonl import UNREADABLE, parsed
 
@@ -66,3 +68,38 @@ def test_an_unreadable_synchronous_answer_is_a_transient_result(way: int) -> Non
     result = read_answer("c1", garble(body, way), read)
     assert (result.custom_id, result.outcome, result.error_type) == ("c1", Outcome.TRANSIENT, UNREADABLE_ANSWER)
     assert result.message.split(":")[0] in ("JSONDecodeError", "AttributeError")
+
+
+async def chunked(*parts: bytes, size: int = 65536) -> AsyncIterator[bytes]:
+    for part in parts:
+        for at in range(0, len(part), size):
+            yield part[at : at + size]
+
+
+async def all_lines(chunks: AsyncIterator[bytes], max_line: int = jsonl.MAX_LINE) -> list[bytes]:
+    return [line async for page in jsonl.pages(chunks, max_line) for line in page]
+
+
+async def test_a_line_longer_than_a_read_is_whole_and_one_over_the_limit_is_dropped() -> None:
+    long = b'{"custom_id":"c1","text":"' + b"x" * (1 << 20) + b'"}'  # 1 MiB: 17 reads
+    endless = b"y" * (jsonl.MAX_LINE + (1 << 20))
+    got = await all_lines(chunked(b'{"a":1}\r\n' + long + b"\n" + endless + b'\r\n{"b":2}\n'))
+    assert got == [b'{"a":1}', long, jsonl.OVERSIZE, b'{"b":2}']
+    assert await all_lines(chunked(b"z" * 5000), max_line=1000) == [jsonl.OVERSIZE]  # to the end of the stream
+    assert await all_lines(chunked(b'{"c":3}', size=2)) == [b'{"c":3}']  # no newline at the end
+    marker = parsed([jsonl.OVERSIZE], openai_provider.parse_line)[0]
+    assert (marker[0], marker[7], marker[8]) == ("", UNREADABLE, "a line over 16 MiB, dropped unread")
+
+
+async def test_an_endless_line_is_never_held() -> None:
+    async def endless() -> AsyncIterator[bytes]:
+        for _ in range(160):  # 10 MiB without a newline, read by read
+            yield b"w" * 65536
+
+    tracemalloc.start()
+    try:
+        assert await all_lines(endless(), max_line=1 << 20) == [jsonl.OVERSIZE]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 << 20  # the 1 MiB limit and a read or two, not the 10 MiB line

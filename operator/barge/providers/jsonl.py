@@ -20,16 +20,46 @@ from barge.providers.base import Outcome, Parsed, unreadable_reason
 UNREADABLE = "unreadable_result"
 
 
-async def pages(chunks: AsyncIterable[bytes]) -> AsyncIterator[list[bytes]]:
+#: The longest results line read (a 128k-token answer escaped six times over is ~3 MB). A longer one is dropped as it
+#: streams, never held: a broken or hostile endpoint sending one endless line would otherwise grow one buffer until
+#: the operator, and every team's jobs with it, ran out of memory.
+MAX_LINE = 16 << 20
+#: What `pages` yields in place of a line longer than MAX_LINE (`parsed` reads it as unreadable).
+OVERSIZE = b"\x00line over MAX_LINE, dropped"
+
+
+async def pages(chunks: AsyncIterable[bytes], max_line: int = MAX_LINE) -> AsyncIterator[list[bytes]]:
     """The complete, non-empty lines of each read, as one list: ingestion's hot path awaits once per read, not per
-    line. A CR before LF is dropped even when the two arrive in different chunks."""
+    line. A CR before LF is dropped even when the two arrive in different chunks. A line spanning reads is gathered
+    in pieces (one copy, not one per read); past `max_line` bytes it is dropped up to its end and `OVERSIZE` stands
+    in its place."""
     buffer = b""
+    pieces: list[bytes] = []  # the reads of a line longer than one read, joined once it ends
+    held = 0
+    dropping = False
     async for chunk in chunks:
+        if b"\n" not in chunk:
+            if not dropping:
+                pieces.append(chunk)
+                held += len(chunk)
+                if held + len(buffer) > max_line:
+                    buffer, pieces, held, dropping = b"", [], 0, True
+            continue
+        page = []
+        if dropping:
+            chunk, dropping = chunk[chunk.index(b"\n") + 1 :], False
+            page.append(OVERSIZE)
+        elif pieces:
+            buffer += b"".join(pieces)
+            pieces, held = [], 0
         *complete, buffer = (buffer + chunk).split(b"\n") if buffer else chunk.split(b"\n")
-        page = [line.rstrip(b"\r") for line in complete if line and not line.isspace()]
+        page += [line.rstrip(b"\r") for line in complete if line and not line.isspace()]
         if page:
             yield page
-    tail = buffer.rstrip(b"\r")
+    if dropping:
+        yield [OVERSIZE]
+        return
+    tail = (buffer + b"".join(pieces)).rstrip(b"\r")
     if tail and not tail.isspace():
         yield [tail]
 
@@ -51,6 +81,9 @@ def parsed(page: list[bytes], parse_line: Callable[[Any], Parsed]) -> list[Parse
 
 
 def _one(line: bytes, parse_line: Callable[[Any], Parsed]) -> Parsed:
+    if line is OVERSIZE:
+        why = f"a line over {MAX_LINE >> 20} MiB, dropped unread"
+        return ("", Outcome.TRANSIENT, "", 0, 0, 0, 0, UNREADABLE, why)
     try:
         return parse_line(orjson.loads(line))
     except Exception as exc:  # as in parsed()
