@@ -11,6 +11,8 @@ import pytest
 
 from barge.ledger import ItemUpdate, Ledger
 from barge.ledger.bulk import COPY_MIN
+from barge.providers.base import MAX_USAGE
+from tests.conftest import fresh_database
 
 N = COPY_MIN * 2 + 7  # over the COPY threshold on PostgreSQL
 
@@ -112,3 +114,32 @@ def test_nul_in_provider_text_is_stored_as_a_replacement_character(
     assert stored["c2"] == ("invalid", "bad\ufffdtype", "why\ufffdnot", None)
     assert all(stored[f"c{i}"] == ("succeeded", "", "", f"out {i}") for i in (0, *range(3, size)))
     ledger.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_batch_counts_past_two_billion_tokens(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """300 results of MAX_USAGE input tokens: their batch holds 3e9 (a batch of 100,000 requests of 30,000 tokens
+    does too). PostgreSQL's integer columns refused the sum, and every later step of the job with it."""
+    url = str(tmp_path / "l.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    ledger, job = submitted(url, f"ns/big/{backend}-{time.time_ns()}", 300)
+    usage = (MAX_USAGE, 7, MAX_USAGE, 0)
+    ledger.apply(job, [ItemUpdate(f"c{i}", "succeeded", "", "", 1, "batch", "o", usage) for i in range(300)], "b0")
+    batch = ledger.batches_of(job)[0]
+    assert (batch["input_tokens"], batch["output_tokens"], batch["cache_read_tokens"]) == (
+        300 * MAX_USAGE,
+        2100,
+        300 * MAX_USAGE,
+    )
+    assert ledger.usage(job)[0] == (300 * MAX_USAGE, 2100, 300 * MAX_USAGE, 0)
+
+
+def test_a_postgresql_ledger_made_with_32_bit_batch_usage_is_widened(postgres_url: str) -> None:
+    url = fresh_database(postgres_url)
+    ledger = Ledger(url)
+    with ledger.engine.begin() as conn:  # as a ledger made before the columns were 64-bit
+        conn.exec_driver_sql("ALTER TABLE batches ALTER COLUMN input_tokens TYPE integer")
+    narrow = "SELECT data_type FROM information_schema.columns WHERE table_name = 'batches' AND column_name = ?"
+    assert ledger._rows(narrow, ("input_tokens",)) == [("integer",)]
+    ledger.close()
+    ledger = Ledger(url)
+    assert [ledger._rows(narrow, (c,))[0][0] for c in ("input_tokens", "output_tokens")] == ["bigint", "bigint"]

@@ -14,7 +14,7 @@ import pytest
 
 from barge.emulator.core import garble
 from barge.providers import anthropic_provider, jsonl, openai_provider
-from barge.providers.base import UNREADABLE_ANSWER, Outcome, Parsed, read_answer
+from barge.providers.base import MAX_USAGE, UNREADABLE_ANSWER, Outcome, Parsed, read_answer
 from barge.providers.jsonl import UNREADABLE, parsed
 
 
@@ -103,3 +103,59 @@ async def test_an_endless_line_is_never_held() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 3 << 20  # the 1 MiB limit and a read or two, not the 10 MiB line
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"input_tokens": -5, "output_tokens": 6},
+        {"input_tokens": 5, "output_tokens": -(10**18)},  # past a 32-bit column either way
+        {"input_tokens": 5, "output_tokens": 6, "cache_read_input_tokens": MAX_USAGE + 1},
+    ],
+)
+def test_a_usage_that_is_not_a_token_count_makes_the_answer_unreadable(usage: dict[str, int]) -> None:
+    line = orjson.loads(anthropic_line("c1"))
+    line["result"]["message"]["usage"] = usage
+    marker = parsed([orjson.dumps(line)], anthropic_provider.parse_line)[0]
+    assert (marker[0], marker[7]) == ("", UNREADABLE)
+    assert "is not a token count" in marker[8]
+    answer = read_answer("c1", orjson.dumps(line["result"]["message"]), anthropic_provider._message_result)
+    assert (answer.outcome, answer.error_type) == (Outcome.TRANSIENT, UNREADABLE_ANSWER)
+
+
+def test_a_usage_past_64_bits_makes_the_answer_unreadable() -> None:
+    beyond = b'"output_tokens":' + b"9" * 30
+    marker = parsed([anthropic_line("c1").replace(b'"output_tokens":6', beyond)], anthropic_provider.parse_line)[0]
+    assert (marker[0], marker[7]) == ("", UNREADABLE)
+    body = orjson.dumps(orjson.loads(anthropic_line("c1"))["result"]["message"]).replace(b'"output_tokens":6', beyond)
+    answer = read_answer("c1", body, anthropic_provider._message_result)
+    assert (answer.outcome, answer.error_type) == (Outcome.TRANSIENT, UNREADABLE_ANSWER)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": 5, "completion_tokens": 6, "prompt_tokens_details": {"cached_tokens": 9}},  # cached > prompt
+        {"prompt_tokens": -1, "completion_tokens": 6},
+        {"prompt_tokens": 5, "completion_tokens": MAX_USAGE + 1},
+    ],
+)
+def test_an_openai_usage_that_is_not_a_token_count_makes_the_answer_unreadable(usage: dict[str, object]) -> None:
+    line = orjson.loads(openai_line("c1"))
+    line["response"]["body"]["usage"] = usage
+    marker = parsed([orjson.dumps(line)], openai_provider.parse_line)[0]
+    assert (marker[0], marker[7]) == ("", UNREADABLE)
+    answer = read_answer("c1", orjson.dumps(line["response"]["body"]), openai_provider._completion_result)
+    assert (answer.outcome, answer.error_type) == (Outcome.TRANSIENT, UNREADABLE_ANSWER)
+
+
+def test_the_largest_counts_are_read() -> None:
+    line = orjson.loads(anthropic_line("c1"))
+    line["result"]["message"]["usage"] = {"input_tokens": MAX_USAGE, "output_tokens": 0}
+    assert parsed([orjson.dumps(line)], anthropic_provider.parse_line)[0][:5] == (
+        "c1",
+        Outcome.SUCCEEDED,
+        "out c1",
+        MAX_USAGE,
+        0,
+    )

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect
 
 from barge.ledger import bulk, moves, pages, planned, summary
 from barge.ledger.planned import PLANNED, Planned
-from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, batches, intents, items, jobs, metadata
+from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, WIDENED, batches, intents, items, jobs, metadata
 
 __all__ = ["PLANNED", "TERMINAL", "ItemUpdate", "Ledger", "Planned", "normalise_url"]
 
@@ -103,6 +103,7 @@ class Ledger:
         self._add_columns()
         if self.postgres:
             self._keep_outputs_inline()
+            self._widen_columns()
         summary.install(self.engine, self.postgres)
 
     def _add_columns(self) -> None:
@@ -123,6 +124,20 @@ class Ledger:
         if option not in (found[0][0] or []):
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f"ALTER TABLE items SET ({option})")
+
+    def _widen_columns(self) -> None:
+        """PostgreSQL: the `schema.WIDENED` columns of a ledger made before them become bigint (once: a rewrite of
+        the few rows of `batches`, under its lock)."""
+        narrow = self._rows(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND data_type = 'integer' AND table_name = 'batches'",
+            (),
+        )
+        todo = sorted({(str(t), str(c)) for t, c in narrow} & set(WIDENED))
+        if todo:
+            with self.engine.begin() as conn:
+                changes = ", ".join(f"ALTER COLUMN {c} TYPE bigint" for _, c in todo)
+                conn.exec_driver_sql(f"ALTER TABLE batches {changes}")
 
     @contextmanager
     def _durable(self) -> Iterator[Connection]:

@@ -125,11 +125,12 @@ batches = Table(
     Column("ended_at", Float),
     Column("ingested", Boolean, nullable=False, default=False),
     Column("canceled", Boolean, nullable=False, default=False),
-    # usage, added chunk by chunk in the same transactions that move the chunk's items out of `submitted`
-    Column("input_tokens", Integer, nullable=False, default=0),
-    Column("output_tokens", Integer, nullable=False, default=0),
-    Column("cache_read_tokens", Integer, nullable=False, default=0),
-    Column("cache_write_tokens", Integer, nullable=False, default=0),
+    # usage, added chunk by chunk in the same transactions that move the chunk's items out of `submitted`; 64-bit:
+    # a batch of 100,000 requests of 30,000 tokens holds 3e9 (PostgreSQL's integer stops at 2^31: `WIDENED`)
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_read_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_write_tokens", BigInteger, nullable=False, default=0),
     # requests the provider let expire (its 24 h window), counted in the same transactions; read by the metrics
     Column("expired", Integer, nullable=False, default=0),
     # what Barge deleted at the provider after ingestion: "" (nothing yet: a pending cleanup once `ingested`),
@@ -152,6 +153,10 @@ item_counts = Table(
     Column("cache_write_tokens", BigInteger, nullable=False, default=0),
     sqlite_with_rowid=False,
 )
+
+#: Columns made 64-bit after a table's first release, (table, column): PostgreSQL ledgers made before get them
+#: widened when opened (SQLite's INTEGER is 64-bit whatever the declared type).
+WIDENED = tuple(("batches", c) for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
 
 #: Columns added after a table's first release: (table, column, SQL type and default), added when missing.
 ADDED_COLUMNS = (

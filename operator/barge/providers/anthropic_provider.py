@@ -17,6 +17,7 @@ from anthropic.types.messages import MessageBatch
 
 from barge.providers import jsonl
 from barge.providers.base import (
+    MAX_USAGE,
     NO_USAGE,
     BatchInfo,
     Outcome,
@@ -26,6 +27,7 @@ from barge.providers.base import (
     Usage,
     aiohttp_copy,
     as_parsed,
+    counted,
     flatten,
     read_answer,
 )
@@ -39,7 +41,7 @@ _SUCCEEDED, _REFUSED = Outcome.SUCCEEDED, Outcome.REFUSED
 def _usage(raw: dict[str, Any] | None) -> Usage:
     if not raw:
         return NO_USAGE
-    return Usage(
+    return counted(
         int(raw.get("input_tokens") or 0),
         int(raw.get("output_tokens") or 0),
         int(raw.get("cache_read_input_tokens") or 0),
@@ -101,6 +103,10 @@ def parse_line(line: dict[str, Any]) -> Parsed:
                     and type(tout) is int
                     and type(tcr) is int
                     and type(tcw) is int
+                    and 0 <= tin <= MAX_USAGE
+                    and 0 <= tout <= MAX_USAGE
+                    and 0 <= tcr <= MAX_USAGE
+                    and 0 <= tcw <= MAX_USAGE
                 ):
                     if message.get("stop_reason") == "refusal":
                         return (custom_id, _REFUSED, text, tin, tout, tcr, tcw, "refusal", "")

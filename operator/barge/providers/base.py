@@ -57,6 +57,18 @@ class Usage:
 
 #: No usage: one shared (frozen) instance, for the many results that carry none.
 NO_USAGE = Usage()
+#: The most tokens one request counts in one usage field (the largest context windows hold ~2M). A negative or
+#: larger count is not a count: an answer holding one is unreadable (`counted`). It would overflow the ledger's
+#: columns (every later step failed on it) or, negative, lower a job's spend against its budget.
+MAX_USAGE = 10_000_000
+
+
+def counted(input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> Usage:
+    """The provider's four counts as a Usage; ValueError when one is not a token count (see MAX_USAGE)."""
+    for n in (input_tokens, output_tokens, cache_read, cache_write):
+        if not 0 <= n <= MAX_USAGE:
+            raise ValueError(f"usage {n} is not a token count")
+    return Usage(input_tokens, output_tokens, cache_read, cache_write)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from openai.types import Batch
 
 from barge.providers import jsonl
 from barge.providers.base import (
+    MAX_USAGE,
     NO_USAGE,
     BatchInfo,
     Outcome,
@@ -27,6 +28,7 @@ from barge.providers.base import (
     Usage,
     aiohttp_copy,
     as_parsed,
+    counted,
     flatten,
     read_answer,
 )
@@ -45,7 +47,7 @@ def _usage(raw: dict[str, Any] | None) -> Usage:
         return NO_USAGE
     details = raw.get("prompt_tokens_details")
     cached = int(details.get("cached_tokens") or 0) if details else 0
-    return Usage(int(raw.get("prompt_tokens") or 0) - cached, int(raw.get("completion_tokens") or 0), cached, 0)
+    return counted(int(raw.get("prompt_tokens") or 0) - cached, int(raw.get("completion_tokens") or 0), cached, 0)
 
 
 def _completion_result(custom_id: str, completion: dict[str, Any]) -> Result:
@@ -101,6 +103,8 @@ def parse_line(line: dict[str, Any]) -> Parsed:
                     and type(prompt) is int
                     and type(completion) is int
                     and type(cached) is int
+                    and 0 <= cached <= prompt <= MAX_USAGE
+                    and 0 <= completion <= MAX_USAGE
                 ):
                     if choice.get("finish_reason") == "content_filter":
                         return (custom_id, _REFUSED, text, prompt - cached, completion, cached, 0, "content_filter", "")
