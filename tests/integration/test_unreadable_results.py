@@ -104,3 +104,29 @@ async def test_unreadable_synchronous_answers_are_retried_not_raised(
     calls = emu.store.sync_requests
     assert calls > 40  # the unreadable answers were asked again
     assert calls <= 40 * 3 * 3  # and no more than sync tries x retry.maxAttempts per item
+
+
+async def test_an_orphan_batch_whose_first_lines_are_unreadable_is_still_adopted(
+    start_emulator: Factory, tmp_path: Path
+) -> None:
+    """Anthropic orphans are confirmed by the ids in their results (batch/adoption.py). With unreadable first lines,
+    reading only the first line called the batch not ours, and the shard was created a second time."""
+    emu = start_emulator(
+        {"seed": 5, "batch": {"createFailuresAfterAccept": 1, "processingSeconds": 0.01, "outcomes": {"garbled": 0.5}}}
+    )  # ended by the next step: confirmed by its results
+    runner = JobRunner(
+        make_job(tmp_path, "anthropic", 30),
+        provider_for("anthropic", emu.url),
+        Ledger(str(tmp_path / "ledger.db")),
+        prices.load(),
+        FAST,
+    )
+    snap = await run_to_end(runner)
+    ordered = sorted(emu.store.batches.values(), key=lambda b: b.created_at)
+    assert [a.garbled for _, a in ordered[0].answers()[:2]] == [True, True]  # the case: its first two lines
+    assert snap.batches[0]["id"] == ordered[0].id  # the orphan, adopted
+    unreadable: set[str] = set()
+    for batch in ordered:  # no item went again unless its line in an earlier batch could not be read
+        assert {item.custom_id for item in batch.items} <= unreadable or batch is ordered[0]
+        unreadable = {item.custom_id for item, a in batch.answers() if a.garbled}
+    check_accounting(tmp_path, snap, 30)

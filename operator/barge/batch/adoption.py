@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 from barge.ledger import Ledger
 from barge.providers.base import BatchInfo, BatchProvider
+from barge.providers.errors import Transient
+from barge.providers.jsonl import UNREADABLE
 
 Record = Callable[[str, int, int, BatchInfo], None]
 Event = Callable[[str, str, str], None]
@@ -34,12 +36,20 @@ async def list_since(provider: BatchProvider, since: float) -> list[BatchInfo]:
 
 
 async def _holds_shard(ledger: Ledger, key: str, shard: str, provider: BatchProvider, batch: BatchInfo) -> bool:
-    """Whether an ended batch's results name an item of this shard (only the first result is read)."""
+    """Whether an ended batch's results name an item of this shard (only the first readable result is read). Results
+    that hold only unreadable lines (providers/jsonl.py) say nothing: Transient, and the intent stays open, since
+    calling the batch not ours would create the shard a second time."""
     mine = {cid for _, cid in ledger.iter_items(key, "custom_id", ("submitting",), shard=shard)}
     results = provider.results(batch.id)
+    unreadable = 0
     try:
         async for result in results:
+            if not result.custom_id and result.error_type == UNREADABLE:
+                unreadable += 1
+                continue
             return result.custom_id in mine
+        if unreadable:
+            raise Transient(f"no result of batch {batch.id} could be read: whether it holds shard {shard} is unknown")
         return False
     finally:
         close = getattr(results, "aclose", None)
