@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from barge.providers.base import BatchProvider
-from barge.providers.guard import Allowed, guarded_transport
+from barge.providers.guard import Allowed, CappedTransport, guarded_transport
 
 DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
 
@@ -13,7 +13,7 @@ DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
 def _http_client(sdk: Any, guard: Allowed | None) -> Any:
     if guard is None:
         return None  # the SDK's own client (local runs)
-    return sdk.DefaultAsyncHttpxClient(transport=guarded_transport(guard), follow_redirects=False)
+    return sdk.DefaultAsyncHttpxClient(transport=CappedTransport(guarded_transport(guard)), follow_redirects=False)
 
 
 def make_provider(

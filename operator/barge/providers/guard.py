@@ -1,16 +1,23 @@
-"""Provider HTTP clients that ask the endpoint policy before every connection and never follow redirects.
+"""Provider HTTP clients that ask the endpoint policy before every connection, never follow redirects, and read no
+answer past a size.
 
 Admission checks a base URL's addresses once; a name can resolve elsewhere a minute later (DNS rebinding),
 and both SDKs follow redirects by default, so an allowed host could bounce a request to a metadata address.
 This backend resolves the host itself at connect time, asks `allowed(host, address)` for every address, and
 connects to the address it checked (TLS still verifies the host name).
+
+The size: the operator is shared by every team, and an endpoint (a provider's, or a pool's engine in a team's
+namespace) that answered an endless body would grow one buffer until the operator, and every team's jobs with it,
+ran out of memory. An answer is read up to `MAX_ANSWER` bytes, then refused as a read error (the SDKs retry it, then
+it is a transient failure). Results files are exempt: Barge reads them line by line, and bounds each line
+(providers/jsonl.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import httpcore2
@@ -71,3 +78,44 @@ def guarded_transport(allowed: Allowed) -> httpx2.AsyncHTTPTransport:
     # httpx offers no public way to pass a network backend; the pool reads this attribute for each new connection.
     transport._pool._network_backend = GuardedBackend(allowed)
     return transport
+
+
+#: The largest answer read (a synchronous answer of 128k tokens, a batch object, an error) other than a results file.
+MAX_ANSWER = 16 << 20
+#: Paths of results files (Anthropic's results, OpenAI's and Azure's file content): streamed, bounded per line.
+STREAMED = ("/results", "/content")
+
+
+class _Capped(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, host: str) -> None:
+        self.inner, self.limit, self.host = inner, limit, host
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self.inner:
+            seen += len(chunk)
+            if seen > self.limit:
+                raise httpx2.ReadError(f"an answer from {self.host} over {self.limit >> 20} MiB: not read further")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class CappedTransport(httpx2.AsyncBaseTransport):
+    """`inner`, with every answer but a results file read up to `limit` bytes."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int = MAX_ANSWER) -> None:
+        self.inner, self.limit = inner, limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.url.path.endswith(STREAMED):
+            return response
+        stream = _Capped(response.stream, self.limit, request.url.host)  # type: ignore[arg-type]
+        return httpx2.Response(
+            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
