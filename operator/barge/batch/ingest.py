@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 import orjson
 
@@ -152,12 +153,9 @@ async def ingest(
         ledger.set_batch(job, info.id, ingested=True, status="foreign", ended_at=clock())
         report.released = True
         return report
-    if report.unreadable:  # the unseen items' results may be among the unreadable lines: retried as such
-        chunk += [
-            _as_row(route(unreadable(cid, report.unreadable, report.why), n, max_attempts)) for cid, n in left.items()
-        ]
-    else:
-        chunk += [_as_row(route(missing(cid), n, max_attempts)) for cid, n in left.items()]
+    # the unseen items' results may be among the unreadable lines: then they are retried as such
+    unseen = partial(unreadable, lines=report.unreadable, why=report.why) if report.unreadable else missing
+    chunk += [_as_row(route(unseen(cid), n, max_attempts)) for cid, n in left.items()]
     commit()
     ledger.set_batch(job, info.id, ingested=True, status=info.status, ended_at=clock())
     return report

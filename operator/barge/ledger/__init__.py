@@ -25,12 +25,11 @@ from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect
 
 from barge.ledger import bulk, moves, pages, planned, summary
 from barge.ledger.planned import PLANNED, Planned
-from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, WIDENED, batches, intents, items, jobs, metadata
+from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, USAGE, WIDENED, batches, intents, items, jobs, metadata
 
 __all__ = ["PLANNED", "TERMINAL", "ItemUpdate", "Ledger", "Planned", "normalise_url"]
 
 PAGE = 5000
-USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 #: `Ledger.counts`: PostgreSQL's one pass; SQLite's three reads. Retrying: pending after an attempt (lines count
 #: from 1: `line > 0` keeps every item, and makes SQLite read the state's range of ix_items_state instead of every
 #: item of the job, 17 ms per 100,000).

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 
 from barge.ledger import summary
 from barge.ledger.chunked import update_keys, update_lines
-from barge.ledger.schema import RESULT_COLUMNS
+from barge.ledger.schema import USAGE
 
 #: The two moves; each statement ends with `_LINES` (ledger/chunked.py fills in the window).
 TO_SUBMITTING = "UPDATE items SET state = 'submitting', shard = ? WHERE job = ? AND state = 'pending'"
@@ -39,7 +39,7 @@ _BY_KEY = {
 #: state's range of ix_items_state instead of every item of the job).
 SHARD_LINES = "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND line > 0 AND shard = ?"
 #: What every item holds before its first result: moved so, an item changes counts by its state alone.
-_NO_USAGE = " AND via = ''" + "".join(f" AND {c} = 0" for c in RESULT_COLUMNS if c != "output")
+_NO_USAGE = " AND via = ''" + "".join(f" AND {c} = 0" for c in USAGE)
 
 
 def move(

@@ -47,7 +47,9 @@ jobs = Table(
 #: Item states: pending -> submitting (in an open intent) -> submitted (in a batch) -> a terminal state,
 #: or back to pending for another attempt.
 TERMINAL = ("succeeded", "refused", "invalid", "failed")
-RESULT_COLUMNS = ("output", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+#: An item's token counts, as the provider reported them (and a batch's, summed).
+USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+RESULT_COLUMNS = ("output", *USAGE)
 
 items = Table(
     "items",

@@ -41,9 +41,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from barge.ledger.schema import USAGE
+
 #: What is counted, beside the key (job, state, via).
-COUNTED = ("n", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-USAGE = COUNTED[1:]
+COUNTED = ("n", *USAGE)
 #: Bump when the triggers change: `install` then replaces them and recounts.
 VERSION = "v3"
 PREFIX = f"items_counts_{VERSION}_"
