@@ -186,6 +186,20 @@ async def test_finished_job_leaves_no_text_in_the_ledger(start_emulator: Factory
     assert b"claim text" in file_bytes(tmp_path, "kept.db*")
 
 
+async def test_payloads_dropped_while_outputs_are_kept(start_emulator: Factory, tmp_path: Path) -> None:
+    """keepOutputsFor without keepPayloadsFor: the prompts go beside the writing of results.jsonl (runner
+    `_write_outputs`), the outputs stay, and no prompt is left in the SQLite file nor in its WAL (the WAL is
+    truncated at the job's end even though that last drop found no prompt left). The replies quote 5 characters of
+    each prompt ("claim"), so "claim text" can only be a prompt."""
+    url = str(tmp_path / "dropped.db")
+    job, snap, files = await finish(tmp_path, url, start_emulator({"batch": {"replyChars": 5}}), keepOutputsFor="1h")
+    assert snap.phase == "Succeeded"
+    assert "claim text" not in files[0]
+    assert "claim" in files[0]
+    assert ledger_texts(url, job.key) == (0, snap.counts["succeeded"] + snap.counts["refused"])
+    assert b"claim text" not in file_bytes(tmp_path, "dropped.db*"), "a prompt is still in the file or its WAL"
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_ledger_purge_command(
     start_emulator: Factory, tmp_path: Path, backend: str, request: pytest.FixtureRequest

@@ -65,6 +65,12 @@ def drop_texts(ledger: Ledger, job: str, spec: RetentionSpec, now: float) -> Non
     lifetime.keep(ledger, job, now, payloads, outputs)
 
 
+def drops_payloads_early(spec: RetentionSpec) -> bool:
+    """Whether the job's payloads may go as soon as every item has its final outcome, before its outputs are
+    written (`lifetime.drop_payloads`): it keeps none (spec.retention.keepPayloadsFor 0, the default)."""
+    return lifetime.seconds(spec.keep_payloads_for) == 0
+
+
 def pending(ledger: Ledger, job: str) -> list[str]:
     """Ids of the job's ingested batches whose provider objects are not yet deleted (nor deliberately kept)."""
     return [
