@@ -1,8 +1,8 @@
 """How long the ledger holds the text of a job: rendered prompts and model outputs, the personal data in it.
 
 A rendered payload is needed only until its item has a final outcome, a model output only until it is written
-to `output.url`. Once a job ends (results.jsonl and failures.jsonl written) its texts are dropped, unless the job
-asked to keep them (spec.retention.keepPayloadsFor / keepOutputsFor, e.g. for replays); then they are dropped
+to `output.url`. Once a job ends (results.jsonl and failures.jsonl written) its texts are dropped (its payloads
+already while those files are written: `drop_payloads`), unless the job asked to keep them (spec.retention.keepPayloadsFor / keepOutputsFor, e.g. for replays); then they are dropped
 by `barge ledger purge` once that time has passed. What stays is the audit trail: items (ids, states, reasons,
 usage, attempts, batch ids), batches, jobs and their timestamps; counts and cost are computed from those alone.
 
