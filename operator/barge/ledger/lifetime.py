@@ -2,9 +2,10 @@
 
 A rendered payload is needed only until its item has a final outcome, a model output only until it is written
 to `output.url`. Once a job ends (results.jsonl and failures.jsonl written) its texts are dropped (its payloads
-already while those files are written: `drop_payloads`), unless the job asked to keep them (spec.retention.keepPayloadsFor / keepOutputsFor, e.g. for replays); then they are dropped
-by `barge ledger purge` once that time has passed. What stays is the audit trail: items (ids, states, reasons,
-usage, attempts, batch ids), batches, jobs and their timestamps; counts and cost are computed from those alone.
+already while those files are written: `drop_payloads`), unless the job asked to keep them
+(spec.retention.keepPayloadsFor / keepOutputsFor, e.g. for replays); then they are dropped by `barge ledger purge`
+once that time has passed. What stays is the audit trail: items (ids, states, reasons, usage, attempts, batch
+ids), batches, jobs and their timestamps; counts and cost are computed from those alone.
 
 Dropped text does not linger in the database file: SQLite runs with `secure_delete` (freed space is zeroed) and
 its WAL, which holds old page images, is checkpointed and truncated after a drop; PostgreSQL leaves dead tuples
