@@ -15,13 +15,10 @@ import orjson
 from aiohttp import BodyPartReader, web
 
 from barge.emulator.core import (
-    BATCH_EXPIRY_SECONDS,
-    STORE,
     Answer,
     Batch,
     Item,
     ProviderName,
-    Store,
     answer,
     answer_response,
     item_from_messages,
@@ -30,174 +27,24 @@ from barge.emulator.core import (
     sync_call,
     valid_custom_id,
 )
-
-MAX_FILE_BYTES = 200 * 1024 * 1024
-MAX_LINES = {"openai": 50_000, "azure": 100_000}
-CHAT_URLS = ("/v1/chat/completions", "/chat/completions")
-
-
-def error(
-    status: int,
-    message: str,
-    *,
-    type_: str = "invalid_request_error",
-    code: str | None = None,
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> web.Response:
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
-
-
-def billing_error() -> web.Response:
-    return error(
-        429,
-        "You exceeded your current quota, please check your plan and billing details.",
-        type_="insufficient_quota",
-        code="insufficient_quota",
-    )
-
-
-def _provider(request: web.Request) -> ProviderName:
-    return "azure" if request.path.startswith("/openai/") else "openai"
-
-
-def _store(request: web.Request) -> Store:
-    return request.app[STORE]
-
-
-def _ts(value: float | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def completion_json(item: Item, ans: Answer, completion_id: str, created: float) -> dict[str, Any]:
-    refused = ans.outcome == "refusal"
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": int(created),
-        "model": item.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": None if refused else ans.text, "refusal": None},
-                "finish_reason": "content_filter" if refused else ("length" if ans.truncated else "stop"),
-                "logprobs": None,
-            }
-        ],
-        "usage": {
-            "prompt_tokens": ans.input_tokens + ans.cache_read_tokens + ans.cache_write_tokens,
-            "completion_tokens": ans.output_tokens,
-            "total_tokens": ans.input_tokens + ans.cache_read_tokens + ans.cache_write_tokens + ans.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": ans.cache_read_tokens},
-        },
-    }
-
-
-def _file_id(batch: Batch, kind: str) -> str:
-    return f"file-{batch.id.removeprefix('batch_')}-{kind}"
-
-
-def _is_output(ans: Answer) -> bool:
-    return ans.outcome in ("succeeded", "refusal")
-
-
-def batch_json(store: Store, batch: Batch, now: float) -> dict[str, Any]:
-    status = status_word(batch, now)
-    ended = batch.ended(now)
-    answers = batch.answers() if ended and not batch.validation_errors else []
-    n_ok = sum(_is_output(a) for _, a in answers)
-    n_err = len(answers) - n_ok
-    has_files = ended and not batch.validation_errors
-    output_file = _file_id(batch, "output") if has_files and n_ok else None
-    # Azure points error_file_id at an (empty) file even when nothing failed, or leaves it "".
-    error_file = _file_id(batch, "error") if has_files and (n_err or batch.provider == "azure") else None
-    if error_file is None and batch.provider == "azure":
-        error_file = ""
-    for kind, file_id in (("output", output_file), ("error", error_file)):
-        if file_id and file_id not in store.deleted_files:
-            store.files.setdefault(file_id, {"kind": kind, "batch": batch.id, "created_at": batch.end_at})
-    if ended:
-        counts: dict[str, int | None] = {"total": len(batch.items), "completed": n_ok, "failed": n_err}
-    elif batch.provider == "azure" and status == "validating":
-        counts = {"total": None, "completed": None, "failed": None}  # Azure may answer nulls
-    else:
-        done = sum(batch.created_at + off * batch.processing_seconds <= now for off in batch.finish_offsets)
-        counts = {"total": len(batch.items), "completed": done, "failed": 0}
-    in_progress_at = batch.created_at + batch.processing_seconds * 0.1
-    finalizing_at = batch.created_at + batch.processing_seconds * 0.9
-    return {
-        "id": batch.id,
-        "object": "batch",
-        "endpoint": batch.endpoint,
-        "model": batch.items[0].model if batch.items else None,
-        "errors": {"object": "list", "data": batch.validation_errors} if batch.validation_errors else None,
-        "input_file_id": batch.input_file_id,
-        "completion_window": batch.completion_window,
-        "status": status,
-        "output_file_id": output_file,
-        "error_file_id": error_file,
-        "created_at": _ts(batch.created_at),
-        "in_progress_at": _ts(in_progress_at) if now >= in_progress_at and not batch.validation_errors else None,
-        "expires_at": _ts(batch.created_at + BATCH_EXPIRY_SECONDS),
-        "finalizing_at": _ts(finalizing_at) if now >= finalizing_at and batch.cancel_at is None else None,
-        "completed_at": _ts(batch.end_at) if status == "completed" else None,
-        "failed_at": _ts(batch.end_at) if status == "failed" else None,
-        "expired_at": _ts(batch.end_at) if status == "expired" else None,
-        "cancelling_at": _ts(batch.cancel_at),
-        "cancelled_at": _ts(batch.end_at) if status == "cancelled" else None,
-        "request_counts": counts,
-        "metadata": batch.metadata,
-    }
-
-
-def output_line(batch: Batch, item: Item, ans: Answer, index: int) -> dict[str, Any]:
-    request_id = f"req_{batch.id}_{index}"
-    line: dict[str, Any] = {"id": f"batch_req_{batch.id}_{index}", "custom_id": item.custom_id}
-    if _is_output(ans):
-        body = completion_json(item, ans, f"chatcmpl-{batch.id}-{index}", batch.end_at)
-        line |= {"response": {"status_code": 200, "request_id": request_id, "body": body}, "error": None}
-    elif ans.outcome == "invalid_request":
-        body = {"error": {"message": ans.message, "type": "invalid_request_error", "param": None, "code": None}}
-        line |= {"response": {"status_code": 400, "request_id": request_id, "body": body}, "error": None}
-    elif ans.outcome == "server_error":
-        body = {"error": {"message": ans.message, "type": "server_error", "param": None, "code": None}}
-        line |= {"response": {"status_code": 500, "request_id": request_id, "body": body}, "error": None}
-    elif ans.outcome == "expired":
-        line |= {
-            "response": None,
-            "error": {
-                "code": "batch_expired",
-                "message": "This request could not be executed before the completion window expired.",
-            },
-        }
-    else:
-        line |= {
-            "response": None,
-            "error": {
-                "code": "batch_cancelled",
-                "message": "This request was not executed because the batch was cancelled.",
-            },
-        }
-    return line
-
-
-def file_json(file_id: str, meta: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": file_id,
-        "object": "file",
-        "bytes": meta.get("bytes", 0),
-        "created_at": int(meta["created_at"]),
-        "filename": meta.get("filename", f"{file_id}.jsonl"),
-        "purpose": meta.get("purpose", "batch_output"),
-        "status": "processed",
-        "expires_at": None,
-        "status_details": None,
-    }
+from barge.emulator.openai_shapes import (
+    CHAT_URLS,
+    MAX_FILE_BYTES,
+    MAX_LINES,
+    batch_json,
+    billing_error,
+    completion_json,
+    error,
+    file_json,
+    is_output,
+    output_line,
+    provider_of,
+    store_of,
+)
 
 
 async def upload_file(request: web.Request) -> web.Response:
-    store = _store(request)
+    store = store_of(request)
     if not request.content_type.startswith("multipart/"):
         return error(400, "Expected multipart/form-data with fields file and purpose")
     fields: dict[str, Any] = {}
@@ -232,7 +79,7 @@ async def upload_file(request: web.Request) -> web.Response:
 
 
 async def get_file(request: web.Request) -> web.Response:
-    store = _store(request)
+    store = store_of(request)
     file_id = request.match_info["file_id"]
     if file_id not in store.files:
         return error(404, f"No such File object: {file_id}", param="id")
@@ -240,7 +87,7 @@ async def get_file(request: web.Request) -> web.Response:
 
 
 async def delete_file(request: web.Request) -> web.Response:
-    store = _store(request)
+    store = store_of(request)
     file_id = request.match_info["file_id"]
     fault = store.delete_fault()
     if fault is not None:
@@ -252,7 +99,7 @@ async def delete_file(request: web.Request) -> web.Response:
 
 
 async def file_content(request: web.Request) -> web.StreamResponse:
-    store = _store(request)
+    store = store_of(request)
     file_id = request.match_info["file_id"]
     meta = store.files.get(file_id)
     if meta is None:
@@ -263,7 +110,7 @@ async def file_content(request: web.Request) -> web.StreamResponse:
     want_output = meta["kind"] == "output"
 
     def render(index: int, item: Item, ans: Answer) -> bytes | None:
-        if _is_output(ans) != want_output:
+        if is_output(ans) != want_output:
             return None
         return orjson.dumps(output_line(batch, item, ans, index))
 
@@ -344,8 +191,8 @@ def _valid_expiry(expiry: object, provider: ProviderName) -> bool:
 
 
 async def create_batch(request: web.Request) -> web.Response:
-    store = _store(request)
-    provider = _provider(request)
+    store = store_of(request)
+    provider = provider_of(request)
     if store.profile.billing_error:
         return billing_error()
     body = await _json_object(request)
@@ -422,14 +269,14 @@ async def create_batch(request: web.Request) -> web.Response:
 
 
 def _find(request: web.Request) -> Batch | None:
-    batch = _store(request).batches.get(request.match_info["batch_id"])
-    if batch is None or batch.provider != _provider(request):
+    batch = store_of(request).batches.get(request.match_info["batch_id"])
+    if batch is None or batch.provider != provider_of(request):
         return None
     return batch
 
 
 async def retrieve_batch(request: web.Request) -> web.Response:
-    store = _store(request)
+    store = store_of(request)
     batch = _find(request)
     if batch is None:
         return error(404, f"No batch found with id '{request.match_info['batch_id']}'.")
@@ -437,7 +284,7 @@ async def retrieve_batch(request: web.Request) -> web.Response:
 
 
 async def cancel_batch(request: web.Request) -> web.Response:
-    store = _store(request)
+    store = store_of(request)
     batch = _find(request)
     if batch is None:
         return error(404, f"No batch found with id '{request.match_info['batch_id']}'.")
@@ -450,14 +297,14 @@ async def cancel_batch(request: web.Request) -> web.Response:
 
 
 async def list_batches(request: web.Request) -> web.Response:
-    store = _store(request)
+    store = store_of(request)
     try:
         limit = int(request.query.get("limit", "20"))
     except ValueError:
         return error(400, "limit must be an integer", param="limit")
     if not 1 <= limit <= 100:
         return error(400, "limit must be between 1 and 100", param="limit")
-    batches = store.listing(_provider(request))
+    batches = store.listing(provider_of(request))
     ids = [b.id for b in batches]
     after = request.query.get("after")
     start = ids.index(after) + 1 if after in ids else 0
@@ -475,7 +322,7 @@ async def list_batches(request: web.Request) -> web.Response:
 
 
 async def chat_completion(request: web.Request) -> web.Response:
-    store = _store(request)
+    store = store_of(request)
     if store.profile.billing_error:
         return billing_error()
     body = await _json_object(request)

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from barge.emulator import anthropic_api, openai_api, vllm
+from barge.emulator import anthropic_api, openai_api, openai_shapes, vllm
 from barge.emulator.core import STORE, SYNC_WINDOW, RateWindow, Store
 from barge.emulator.profile import Profile
 
@@ -40,7 +40,7 @@ def _error(family: str, status: int, message: str) -> web.Response:
     if family == "anthropic":
         return anthropic_api.error(status if status in anthropic_api.ERROR_TYPES else 400, message)
     if family == "openai":
-        return openai_api.error(status, message)
+        return openai_shapes.error(status, message)
     return web.json_response({"error": message}, status=status)
 
 
@@ -59,7 +59,7 @@ def _api_key(request: web.Request, family: str) -> str | None:
 def _unauthorized(family: str) -> web.Response:
     if family == "anthropic":
         return anthropic_api.error(401, "invalid x-api-key")
-    return openai_api.error(401, "Incorrect API key provided.", code="invalid_api_key")
+    return openai_shapes.error(401, "Incorrect API key provided.", code="invalid_api_key")
 
 
 @web.middleware

@@ -12,7 +12,7 @@ import json
 
 from aiohttp import web
 
-from barge.emulator import openai_api
+from barge.emulator import openai_shapes
 from barge.emulator.core import STORE, answer, answer_response, item_from_messages
 
 VLLM: web.AppKey[VllmState] = web.AppKey("vllm", object)  # type: ignore[arg-type]
@@ -66,14 +66,14 @@ async def chat(request: web.Request) -> web.Response:
     try:
         body = json.loads(await request.read())
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return openai_api.error(400, "We could not parse the JSON body of your request.")
+        return openai_shapes.error(400, "We could not parse the JSON body of your request.")
     if not isinstance(body, dict):
-        return openai_api.error(400, "The body must be a JSON object.")
+        return openai_shapes.error(400, "The body must be a JSON object.")
     if body.get("model") != vllm.model:
-        return openai_api.error(404, f"The model `{body.get('model')}` does not exist.", type_="NotFoundError")
+        return openai_shapes.error(404, f"The model `{body.get('model')}` does not exist.", type_="NotFoundError")
     item = item_from_messages("vllm", body)
     if item.invalid:
-        return openai_api.error(400, item.invalid)
+        return openai_shapes.error(400, item.invalid)
     vllm.waiting += 1
     async with vllm.slots:
         vllm.waiting -= 1
@@ -84,11 +84,11 @@ async def chat(request: web.Request) -> web.Response:
             vllm.running -= 1
     outcome = store.sync_outcome()
     if outcome == "server_error":
-        return openai_api.error(500, "engine error", type_="InternalServerError")
+        return openai_shapes.error(500, "engine error", type_="InternalServerError")
     vllm.served += 1
     ans = answer(item, outcome, cache_hit=False)
     return answer_response(
-        openai_api.completion_json(item, ans, f"chatcmpl-vllm-{vllm.served}", store.clock()), ans, vllm.served
+        openai_shapes.completion_json(item, ans, f"chatcmpl-vllm-{vllm.served}", store.clock()), ans, vllm.served
     )
 
 
