@@ -98,7 +98,7 @@ cluster-down: ## Stop the local control plane
 demo: deps venv tools ## Local control plane + emulator + operator; the claims-nightly sample watched to completion
 	bash tools/demo.sh
 
-bench: venv ## Benchmarks (bench/), printed as tables
+bench: deps venv ## Benchmarks (bench/), printed as tables (deps: bench_workers needs redis-server, bench_ingest PostgreSQL)
 	@ls bench/*.py >/dev/null 2>&1 && for b in bench/bench_*.py; do $(PY) $$b || exit 1; done || \
 	  echo "no benchmarks yet"
 
