@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from barge.ledger import summary
+from barge.ledger.schema import NO_RESULT
 
 ROW = (
     "custom_id",
@@ -63,10 +64,7 @@ _SQLITE_ROW_UPDATE = (
 )
 #: What an item in a batch holds before its result: the paused-trigger path changes only such items.
 SUBMITTED = ("submitted", "")
-_SQLITE_SUBMITTED = (
-    _SQLITE_ROW_UPDATE + " AND state = 'submitted' AND via = '' AND input_tokens = 0 AND output_tokens = 0 "
-    "AND cache_read_tokens = 0 AND cache_write_tokens = 0"
-)
+_SQLITE_SUBMITTED = _SQLITE_ROW_UPDATE + " AND state = 'submitted' AND " + NO_RESULT
 #: PostgreSQL: rows up to this many bytes stay whole in their heap page, neither compressed nor TOASTed (the
 #: largest `toast_tuple_target`); set on `items` and on the COPY's temporary table (see Ledger._keep_outputs_inline).
 ROW_INLINE = 8160

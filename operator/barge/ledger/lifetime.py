@@ -135,4 +135,4 @@ def _drop(
     if (dropped or cleared or truncate) and not ledger.postgres:  # the WAL's old page images hold the text too
         with ledger.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    return int(dropped or 0), int(cleared or 0)
+    return dropped, int(cleared or 0)

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 
 from barge.ledger import summary
 from barge.ledger.chunked import update_keys, update_lines
-from barge.ledger.schema import USAGE
+from barge.ledger.schema import NO_RESULT
 
 #: The two moves; each statement ends with `_LINES` (ledger/chunked.py fills in the window).
 TO_SUBMITTING = "UPDATE items SET state = 'submitting', shard = ? WHERE job = ? AND state = 'pending'"
@@ -38,8 +38,6 @@ _BY_KEY = {
 #: The shard's line range among its items in `submitting` (`line > 0`, true of every item, makes SQLite read the
 #: state's range of ix_items_state instead of every item of the job).
 SHARD_LINES = "SELECT MIN(line), MAX(line) FROM items WHERE job = ? AND state = 'submitting' AND line > 0 AND shard = ?"
-#: What every item holds before its first result: moved so, an item changes counts by its state alone.
-_NO_USAGE = " AND via = ''" + "".join(f" AND {c} = 0" for c in USAGE)
 
 
 def move(
@@ -59,7 +57,7 @@ def move(
         try:
             if summary.pause(cursor):
                 with summary.update_trigger_dropped(cursor):
-                    moved = update_keys(conn, _BY_KEY[sql] + _NO_USAGE, params, job, *lines)
+                    moved = update_keys(conn, _BY_KEY[sql] + " AND " + NO_RESULT, params, job, *lines)
                 summary.resume(cursor)
                 before, after = states
                 summary.add(

@@ -49,7 +49,8 @@ jobs = Table(
 TERMINAL = ("succeeded", "refused", "invalid", "failed")
 #: An item's token counts, as the provider reported them (and a batch's, summed).
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-RESULT_COLUMNS = ("output", *USAGE)
+#: SQL: what every item holds before its first result (no usage, `via` unset); its counts move by its state alone.
+NO_RESULT = "via = ''" + "".join(f" AND {c} = 0" for c in USAGE)
 
 items = Table(
     "items",
