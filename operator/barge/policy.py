@@ -57,7 +57,9 @@ PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
     "azure-openai": ("*.openai.azure.com", "*.cognitiveservices.azure.com"),
 }
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"})
-METADATA_ADDRESSES = frozenset({"169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200"})
+METADATA_ADDRESSES = frozenset(
+    {"169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "192.0.0.192"}  # .192: Oracle legacy
+)
 DEFAULT_IMAGES = ("vllm/vllm-openai:*", "docker.io/vllm/vllm-openai:*")
 MAX_ERROR_CHARS = 300
 
@@ -190,20 +192,36 @@ def _entry(policy: Policy, provider: str, host: str) -> Endpoint | None:
     return None
 
 
-def address_allowed(policy: Policy, host: str, address: str) -> bool:
-    """May a connection to `host` go to `address`? (Asked for every connection, after DNS.)"""
+def _carried(address: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The address and every IPv4 address its IPv6 form carries (mapped, 6to4, Teredo server and client): a
+    network that routes these forms delivers to the IPv4 address inside."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    special = (
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        found += [v4 for v4 in (ip.ipv4_mapped, ip.sixtofour) if v4 is not None]
+        found += list(ip.teredo or ())
+    return found
+
+
+def always_refused(address: str) -> bool:
+    """Addresses no client of the operator connects to unless the admin names the host (`private: true`):
+    metadata, link-local, site-local, unspecified, multicast and reserved, also inside an IPv6 form."""
+    return any(
         str(ip) in METADATA_ADDRESSES
-        or ip.is_loopback
-        or ip.is_private
         or ip.is_link_local
-        or ip.is_reserved
-        or ip.is_multicast
         or ip.is_unspecified
-        or (isinstance(ip, ipaddress.IPv4Address) and ip in ipaddress.ip_network("100.64.0.0/10"))
+        or ip.is_multicast
+        or ip.is_reserved
+        or (isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local)
+        for ip in _carried(address)
+    )
+
+
+def address_allowed(policy: Policy, host: str, address: str) -> bool:
+    """May a connection to `host` go to `address`? (Asked for every connection, after DNS.) Anything but a
+    global address (loopback, private, shared 100.64/10, and what `always_refused` names) needs `private: true`."""
+    special = always_refused(address) or any(
+        ip.is_loopback or ip.is_private or not ip.is_global for ip in _carried(address)
     )
     if not special:
         return True

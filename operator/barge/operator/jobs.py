@@ -181,6 +181,7 @@ def client_builder(policy: Policy) -> Callable[[ClientSpec], BatchProvider]:
             base_url=spec.base_url,
             api_version=spec.api_version,
             guard=admission.guard(policy) if spec.guarded else None,
+            engine_pool=not spec.guarded,  # an engine pool: capped, no redirects or proxies (REVIEW-3 H6)
         )
         if spec.kind not in imported:  # its SDK was imported now, for good: keep it out of the collector's scans
             imported.add(spec.kind)

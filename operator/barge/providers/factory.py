@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from barge.providers.base import BatchProvider
-from barge.providers.guard import Allowed, CappedTransport, guarded_transport
+from barge.providers.guard import Allowed, CappedTransport, guarded_transport, pool_http_client
 
 DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
 
 
-def _http_client(sdk: Any, guard: Allowed | None) -> Any:
+def _http_client(sdk: Any, guard: Allowed | None, engine_pool: bool = False) -> Any:
+    if engine_pool:
+        return pool_http_client(sdk)
     if guard is None:
         return None  # the SDK's own client (local runs)
     return sdk.DefaultAsyncHttpxClient(transport=CappedTransport(guarded_transport(guard)), follow_redirects=False)
@@ -25,12 +27,17 @@ def make_provider(
     timeout: float = 600.0,
     sync_retries: int = 2,
     guard: Allowed | None = None,
+    engine_pool: bool = False,
 ) -> BatchProvider:
     """`base_url` is handed to the SDK unchanged (for Azure it is the endpoint). Batch creates never retry;
     `sync_retries` applies to reads and to synchronous calls. With `guard(host, address)` (operator mode) every
-    connection is checked against the endpoint policy and redirects are not followed. Without one (engine pools,
-    local runs) synchronous calls use the SDK's aiohttp transport: at 64 calls in flight it costs half the CPU per
-    call of the default httpx one (bench/bench_sync.py); the guard is an httpx transport, so guarded calls keep it."""
+    connection is checked against the endpoint policy and redirects are not followed. `engine_pool` (an
+    InferencePool's vLLM): the SDK's aiohttp transport behind the same guard, answers capped, no redirects, no
+    proxies from the environment (providers.guard.pool_http_client). Without either (local runs) synchronous calls
+    use the SDK's aiohttp transport: at 64 calls in flight it costs half the CPU per call of the default httpx one
+    (bench/bench_sync.py); the guard is an httpx transport, so guarded calls keep it."""
+    if engine_pool and kind != "openai":
+        raise ValueError("an engine pool speaks the OpenAI API: kind must be openai")
     # Each SDK is imported only when its provider is used: the anthropic SDK alone costs ~90 MB of RSS.
     if kind == "anthropic":
         import anthropic
@@ -58,9 +65,9 @@ def make_provider(
                 base_url=base_url or None,
                 timeout=timeout,
                 max_retries=sync_retries,
-                http_client=_http_client(openai, guard),
+                http_client=_http_client(openai, guard, engine_pool),
             ),
-            aiohttp_sync=guard is None,
+            aiohttp_sync=guard is None and not engine_pool,  # a pool's client is aiohttp already
         )
     if kind == "azure-openai":
         if not base_url:
