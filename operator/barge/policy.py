@@ -21,6 +21,8 @@ any byte is read or sent.
 |                                           | checked again for every connection (EndpointPolicy)              |
 | may this pool run this image, these flags?| images matching pools.images; extra flags named in               |
 |                                           | pools.extraFlags (ImagePolicy)                                   |
+| how long may a job keep its texts, how    | keep times up to ledger.maxKeepFor (RetentionPolicy); items per |
+| many items may it and its tenant hold?    | job and tenant, and the ledger's free space (barge/limits.py)    |
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ import ipaddress
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from barge import limits as limits_
+from barge.limits import LedgerLimits
 
 TENANT_LABEL = "barge.dev/tenant"
 CREDENTIAL_LABEL = "barge.dev/credential"
@@ -101,6 +106,8 @@ class Policy:
     """Engine flags (`--name`) allowed in spec.engine.args.extra; none by default."""
     max_payload_bytes: int = 10 * 1024 * 1024
     """Largest claim-check payload a worker reads (payloadUrl)."""
+    ledger: LedgerLimits = field(default_factory=LedgerLimits)
+    """What one job and one tenant may hold in the shared ledger (policy section `ledger`, barge/limits.py)."""
 
     def prefixes_for(self, namespace: str, tenant: str) -> tuple[str, ...]:
         """The storage prefixes of one tenant, placeholders expanded."""
@@ -174,6 +181,18 @@ def check_secret(name: str, labels: Mapping[str, str] | None) -> None:
     """Only Secrets marked for Barge by someone who may write Secrets are ever read."""
     if (labels or {}).get(CREDENTIAL_LABEL) != "true":
         raise Refused("SecretPolicy", f'Secret {name!r} lacks the label {CREDENTIAL_LABEL}: "true"; it is not read')
+
+
+def check_retention(policy: Policy, keep_payloads_for: str, keep_outputs_for: str) -> None:
+    """spec.retention may keep a job's texts in the shared ledger at most the admin's `ledger.maxKeepFor`."""
+    longest = policy.ledger.max_keep_seconds
+    for name, value in (("keepPayloadsFor", keep_payloads_for), ("keepOutputsFor", keep_outputs_for)):
+        if limits_.seconds(value) > longest:
+            raise Refused(
+                "RetentionPolicy",
+                f"spec.retention.{name} {value} is over the admin's maximum of {longest // 3600} h "
+                "(policy ledger.maxKeepFor): texts are not kept in the shared ledger that long",
+            )
 
 
 # --- endpoints -------------------------------------------------------------------------------------------------
@@ -320,7 +339,7 @@ def _prefix(text: str, where: str) -> str:
 def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Policy:
     """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes."""
     data = dict(data or {})
-    unknown = set(data) - {"storage", "endpoints", "pools", "workers"}
+    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "ledger"}
     if unknown:
         raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
     storage = dict(data.get("storage") or {})
@@ -349,4 +368,5 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Pol
         images=_strings(pools.get("images"), "pools.images") or DEFAULT_IMAGES,
         extra_flags=_strings(pools.get("extraFlags"), "pools.extraFlags"),
         max_payload_bytes=int(workers.get("maxPayloadBytes", Policy.max_payload_bytes)),
+        ledger=limits_.parse(data.get("ledger")),
     )

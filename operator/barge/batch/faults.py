@@ -18,7 +18,12 @@ be transient (retried with a short backoff) or needs someone to fix something (r
 | anything else                               | InternalError       | yes       | no               |
 
 `fail_at_deadline` applies the deadline to a job whose steps keep failing: past it, the job is Failed with
-the last fault as its reason, whatever else is broken.
+the last fault as its reason, whatever else is broken. A job with work at the provider (live batches, or
+intents that may have created one) is not failed by a transient fault until `deadline_grace` after the
+deadline: a ledger restart or a storage or provider hiccup in the minute after it is retried, and the next
+step that succeeds applies the runner's own cut-off (cancel, collect, fall back). Past the grace, a job with
+live batches is not Failed at once either: it is Stopping (runner._stop cancels its batches, ingests what they
+return, then fails), since they are paid for. The caller never writes a terminal phase the ledger did not take.
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ from barge.providers.errors import ProviderError, Transient
 from barge.storage import StorageError
 
 log = logging.getLogger("barge.batch")
+
+#: Least time past the deadline before a transient fault fails a job with work at the provider (deadline_grace).
+DEADLINE_GRACE = 600.0
+#: The ledger phase of a job cancelling and collecting its batches before it fails (runner.STOPPING).
+STOPPING = "Stopping"
 
 #: Backoff of a failing step: poll interval x 2^(failures-1), at most this many seconds.
 MAX_BACKOFF_TRANSIENT = 120.0
@@ -80,17 +90,39 @@ def classify(exc: BaseException) -> StepFault:
     return StepFault("InternalError", bound(f"{type(exc).__name__}: {exc}"), transient=True)
 
 
+def deadline_grace(poll_seconds: float) -> float:
+    """How long past the deadline transient faults are retried before the job is failed: three polls, or
+    DEADLINE_GRACE if longer."""
+    return max(3 * poll_seconds, DEADLINE_GRACE)
+
+
 def fail_at_deadline(
-    ledger: Ledger, key: str, spec: LLMBatchJobSpec, tenant: str, now: float, fault: StepFault
+    ledger: Ledger,
+    key: str,
+    spec: LLMBatchJobSpec,
+    tenant: str,
+    now: float,
+    fault: StepFault,
+    *,
+    grace: float = DEADLINE_GRACE,
 ) -> bool:
     """Past the deadline, a job whose steps keep failing is Failed with the fault as the reason (its items
-    still open are marked failed). True if it did; the caller writes the status."""
+    still open are marked failed). True if it did; the caller writes the status. A job with work at the provider
+    waits `grace` past the deadline for a transient fault to clear, then with live batches becomes Stopping
+    (False: the runner cancels and collects them, then fails)."""
     if spec.deadline is None or now < spec.deadline.timestamp():
         return False
     row = ledger.ensure_job(key, spec_hash(spec), tenant, spec.provider.model)
-    if row["phase"] in ("Succeeded", "Failed") or row["fatal"]:
+    if row["phase"] in ("Succeeded", "Failed", STOPPING) or row["fatal"]:
         return False
+    live = ledger.batches_of(key, live_only=True)
+    if fault.transient and (live or ledger.intents_open(key)) and now < spec.deadline.timestamp() + grace:
+        return False  # retried; a step that succeeds applies the runner's cut-off to its batches
     reason = bound(f"deadline passed while the job could not make progress: {fault.reason}: {fault.message}")
+    if live:  # paid for: cancelled and collected before the job fails (runner._stop)
+        ledger.set_job(key, fatal=reason, phase=STOPPING, completed_at=now)
+        log.warning("%s: %s; cancelling its %d live batches before failing", key, reason, len(live))
+        return False
     left = [
         ItemUpdate(cid, "failed", "deadline_exceeded", reason)
         for _, cid in ledger.iter_items(key, "custom_id", ("pending", "submitting"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from barge.api.batchjob import IMMUTABLE_SPEC_FIELDS, LLMBatchJobSpec
 from barge.api.common import ModelPrice
 from barge.batch import planner
+from barge.limits import LedgerLimits
 from barge.storage import StoragePolicy
 
 
@@ -36,6 +37,8 @@ class EngineSettings:
     """Cap on a batch's encoded bytes below the provider's limit (0 = the provider's)."""
     plan_limits: planner.PlanLimits = field(default_factory=planner.PlanLimits)
     """CPU, memory and time limits of the planner process (templates and input are the job's, not ours)."""
+    ledger_limits: LedgerLimits = field(default_factory=LedgerLimits)
+    """Items per job and tenant, invalid lines listed, the free-space floor (policy `ledger`; batch/capacity.py)."""
     delete_provider_copies: bool = True
     """Default of spec.retention.deleteProviderCopies (batch/retention.py)."""
     output_expires_after_days: int = 14

@@ -1,7 +1,9 @@
 """results.jsonl and failures.jsonl, written from the ledger in line order, streamed.
 
 Every input line appears in exactly one of the two: succeeded and refused items in results.jsonl, invalid
-and failed items in failures.jsonl (with the line number and the reason).
+and failed items in failures.jsonl (with the line number and the reason); except invalid lines past the policy's
+ledger.listedInvalidLines, which were counted, not stored (batch/capacity.py): failures.jsonl ends with one line
+`{"status": "invalid", "unlisted": K, ...}` that says how many there were.
 
 Each file reads its states one at a time, each in line order, merged here: `ix_items_state` (job, state, line)
 then serves every page in order. Asked for two states at once, PostgreSQL read every remaining item of both and
@@ -67,6 +69,21 @@ def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
                 "status": state,
                 "reason": reason,
                 "error_type": error_type,
+            }
+        )
+    row = ledger.job(job) or {}
+    unlisted = int(row.get("unlisted") or 0)
+    if unlisted:
+        yield orjson.dumps(
+            {
+                "line": None,
+                "id": None,
+                "custom_id": None,
+                "status": "invalid",
+                "unlisted": unlisted,
+                "reason": f"and {unlisted} more invalid lines, counted but not listed (the admin's policy lists the "
+                "first ledger.listedInvalidLines of a job; the input file has them all)",
+                "error_type": "unlisted",
             }
         )
 

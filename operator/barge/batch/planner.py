@@ -86,6 +86,9 @@ class PlanLimits:
     must leave room for it beside the operator itself)."""
     give_up_after: int = 3
     """Lines hitting a limit, before any line succeeded, that make the template a bad one."""
+    listed_invalid: int = 1_000
+    """Invalid lines sent back as rows (the policy's ledger.listedInvalidLines); later ones are only counted, by
+    the lines the parent fed less the rows it got (batch/capacity.py), never a row each in the shared ledger."""
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,7 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
     factory = RequestFactory(job.model, spec.request)
     encode_line = factory.line_encoder(encode)
     seen: set[str] = set()
-    limited = succeeded = 0
+    limited = succeeded = invalid = 0
     while head := _read_exact(stdin, FRAME.size):
         number, length = FRAME.unpack(head)
         raw = _read_exact(stdin, length)
@@ -344,6 +347,10 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
         if hit and not succeeded and limited >= limits.give_up_after:
             send(bound(f"spec.request.template hits a limit on every line tried: {row['reason']}"))
             break
+        if row["state"] == "invalid":
+            invalid += 1
+            if invalid > limits.listed_invalid:
+                continue  # counted by the parent (lines fed less rows sent), not stored
         answer(row)
     if frame:
         send()

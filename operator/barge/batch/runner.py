@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 
-from barge.batch import admission_queue, adoption, budget, failpoints, plan, planner, prices, retention
+from barge.batch import admission_queue, adoption, budget, capacity, failpoints, plan, planner, prices, retention
 from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter, SyncItem, run_sync
 from barge.batch.ingest import give_up, ingest, report_events
@@ -156,14 +156,19 @@ class JobRunner:
         job = self.job
         spec = job.spec.model_dump(mode="json", by_alias=True)
         what = planner.PlanInput(spec, job.run_date, job.tenant, job.model, self.provider.name)
-        try:
-            total = await planner.plan(job.key, what, job.lines, self.ledger, self.settings.plan_limits)
+        try:  # within the admin's ledger limits (batch/capacity.py): Refused, with no row left, if over one
+            done = await capacity.plan(
+                job.key, what, job.lines, self.ledger, self.settings.ledger_limits, self.settings.plan_limits
+            )
         except PlanError as exc:
             if exc.permanent:
                 self.ledger.set_job(job.key, phase=NOT_ADMITTED, fatal=bound(str(exc)))
             raise
+        total = done.lines
+        self.ledger.set_job(
+            self.job.key, planned=True, total=total, unlisted=done.unlisted, started_at=self.clock(), phase="Submitting"
+        )
         invalid = self.ledger.counts(self.job.key).get("invalid", 0)
-        self.ledger.set_job(self.job.key, planned=True, total=total, started_at=self.clock(), phase="Submitting")
         estimate = self.estimate(batch=not self.sync_only)
         self.on_event(
             "Admitted",
@@ -420,14 +425,20 @@ class JobRunner:
 
     # --- judgement ------------------------------------------------------------------------------------------------
     async def _stop(self, message: str) -> None:
-        """A fatal answer stops the job, but its live batches are paid for: cancel them, ingest what they
-        return, then fail. Waits at most STOP_GRACE seconds, and not at all once the provider refuses us."""
+        """A fatal answer (or a deadline passed while steps kept failing: faults.fail_at_deadline) stops the job,
+        but its live batches are paid for: cancel them, ingest what they return, then fail. Waits at most
+        STOP_GRACE seconds, and not at all once the provider refuses us; a collection that keeps failing
+        (storage, ledger) is retried until then."""
         row = self.ledger.job(self.job.key) or {}
-        await self._cancel_live("Stopping", "fatal provider answer: in-flight batches cancelled")
+        await self._cancel_live("Stopping", "stopping: in-flight batches cancelled")
         try:
             await self._poll(cutoff_done=True)
         except Fatal:
             pass  # cannot even read: nothing more to collect
+        except Exception:
+            if self.clock() - float(row.get("completed_at") or 0) < STOP_GRACE:
+                raise  # a failed step, retried
+            log.warning("%s: collecting its batches still fails after the stop grace", self.job.key, exc_info=True)
         else:
             if (
                 self.ledger.batches_of(self.job.key, live_only=True)

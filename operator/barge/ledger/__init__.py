@@ -312,11 +312,15 @@ class Ledger:
                 out["viaFallback"] += int(sync)
                 out["retrying"] += int(retrying)
                 out["budget"] += int(budget)
-            return out
-        out.update((s, int(n)) for s, n in self._rows(_STATE_COUNTS, (job,)))
-        out["retrying"] = int(self._rows(_RETRYING, (job,))[0][0])
-        sync, budget = self._rows(_SYNC_BUDGET, (job,))[0]
-        out["viaFallback"], out["budget"] = int(sync or 0), int(budget or 0)
+        else:
+            out.update((s, int(n)) for s, n in self._rows(_STATE_COUNTS, (job,)))
+            out["retrying"] = int(self._rows(_RETRYING, (job,))[0][0])
+            sync, budget = self._rows(_SYNC_BUDGET, (job,))[0]
+            out["viaFallback"], out["budget"] = int(sync or 0), int(budget or 0)
+        # invalid lines counted, not stored (batch/capacity.py): they are invalid items all the same
+        unlisted = self._rows("SELECT unlisted FROM jobs WHERE job = ?", (job,))
+        if unlisted and unlisted[0][0]:
+            out["invalid"] = out.get("invalid", 0) + int(unlisted[0][0])
         return out
 
     def set_sizes(self, job: str, sizes: list[tuple[int, str]]) -> None:

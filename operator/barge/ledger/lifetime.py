@@ -5,7 +5,9 @@ to `output.url`. Once a job ends (results.jsonl and failures.jsonl written) its 
 already while those files are written: `drop_payloads`), unless the job asked to keep them
 (spec.retention.keepPayloadsFor / keepOutputsFor, e.g. for replays); then they are dropped by `barge ledger purge`
 once that time has passed. What stays is the audit trail: items (ids, states, reasons, usage, attempts, batch
-ids), batches, jobs and their timestamps; counts and cost are computed from those alone.
+ids), batches, jobs and their timestamps; counts and cost are computed from those alone. The audit trail of a
+deleted job goes too, the policy's ledger.deletedJobsKeptFor after the delete (`purge_deleted`, on the operator's
+purge timer): its counts and usage are folded into per-tenant, per-model totals first, which the metrics read.
 
 Dropped text does not linger in the database file: SQLite runs with `secure_delete` (freed space is zeroed) and
 its WAL, which holds old page images, is checkpointed and truncated after a drop; PostgreSQL leaves dead tuples
@@ -17,27 +19,18 @@ them on its purge timer and the metrics export the last measurement, never a sca
 
 from __future__ import annotations
 
-import re
+import time
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, LargeBinary, Select, cast, delete, func, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
-from barge.api.batchjob import DURATION
-from barge.ledger import Ledger
-from barge.ledger.schema import items, jobs, payload_pages, payloads
+from barge import limits
+from barge.ledger import Ledger, summary
+from barge.ledger.schema import USAGE, items, jobs, payload_pages, payloads
 
 FINAL = ("Succeeded", "Failed")
-_DURATION = re.compile(DURATION)
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def seconds(text: str) -> int:
-    """'30d' -> 2592000 (units s, m, h, d); '0s' keeps nothing."""
-    text = text.strip()
-    if not _DURATION.match(text):
-        raise ValueError(f"{text!r} is not a duration like 12h or 30d")
-    return int(text[:-1]) * _UNIT[text[-1]]
+seconds = limits.seconds  # '30d' -> 2592000; '0s' keeps nothing
 
 
 @dataclass(frozen=True)
@@ -111,10 +104,66 @@ def drop_texts(
     return _drop(ledger, payload_jobs, output_jobs, truncate)
 
 
-def forget_job(ledger: Ledger, job: str) -> tuple[int, int]:
-    """The LLMBatchJob was deleted: its texts go whatever its phase or keep times; its audit rows stay."""
+def forget_job(ledger: Ledger, job: str, now: float | None = None) -> tuple[int, int]:
+    """The LLMBatchJob was deleted: its texts go whatever its phase or keep times; its audit rows stay until
+    `purge_deleted` removes them, the policy's ledger.deletedJobsKeptFor after this delete."""
+    with ledger.engine.begin() as conn:
+        when = time.time() if now is None else now
+        conn.execute(update(jobs).where(jobs.c.job == job, jobs.c.deleted_at.is_(None)).values(deleted_at=when))
     one = select(jobs.c.job).where(jobs.c.job == job)
     return _drop(ledger, one, one)
+
+
+_COUNTED = ("n", *USAGE)
+_FOLD = (
+    f"INSERT INTO folded_counts (tenant, model, state, via, {', '.join(_COUNTED)}) {{select}} "
+    f"ON CONFLICT (tenant, model, state, via) DO UPDATE SET "
+    + ", ".join(f"{c} = folded_counts.{c} + excluded.{c}" for c in _COUNTED)
+)
+_SUMS = ", ".join(f"COALESCE(SUM(x.{c}), 0)" for c in USAGE)
+#: What one purged job had counted (bound: the job three times): its items by (state, via) as `item_counts` holds
+#: them, its invalid lines counted but never stored, and its batches' usage (state 'batch').
+_FOLD_JOB = (
+    _FOLD.format(
+        select="SELECT j.tenant, j.model, x.state, x.via, SUM(x.n), "  # noqa: S608
+        f"{_SUMS} FROM item_counts x JOIN jobs j ON j.job = x.job WHERE x.job = ? "
+        "GROUP BY j.tenant, j.model, x.state, x.via HAVING SUM(x.n) <> 0"
+    ),
+    _FOLD.format(
+        select="SELECT tenant, model, 'invalid', '', unlisted, 0, 0, 0, 0 FROM jobs WHERE job = ? AND unlisted > 0"
+    ),
+    _FOLD.format(
+        select=f"SELECT j.tenant, j.model, 'batch', 'batch', COUNT(*), {_SUMS} FROM batches x "  # noqa: S608
+        "JOIN jobs j ON j.job = x.job WHERE x.job = ? GROUP BY j.tenant, j.model"
+    ),
+)
+_PURGED_TABLES = ("items", "payload_pages", "payloads", "intents", "batches", "item_counts", "jobs")
+
+
+def purge_deleted(ledger: Ledger, now: float, kept_for: float) -> int:
+    """Remove every row of the jobs deleted at least `kept_for` seconds ago (the policy's ledger.deletedJobsKeptFor),
+    one transaction per job; what they counted is folded into `folded_counts` first, per tenant and model, so the
+    metrics' counters keep it (ledger/summary.py). Returns the jobs purged."""
+    due = select(jobs.c.job).where(jobs.c.deleted_at.is_not(None), jobs.c.deleted_at <= now - kept_for)
+    with ledger.engine.connect() as conn:
+        keys = [str(r[0]) for r in conn.execute(due)]
+    for key in keys:
+        with ledger.engine.begin() as conn:
+            summary.fold(conn, ledger.postgres)  # PostgreSQL: the job's counts exact in item_counts first
+            for sql in _FOLD_JOB:
+                conn.exec_driver_sql(_dialect(ledger, sql), (key,))
+            conn.exec_driver_sql(_dialect(ledger, "DELETE FROM items WHERE job = ?"), (key,))
+            summary.fold(conn, ledger.postgres)  # the delete's own deltas, before the job's count rows go
+            for table in _PURGED_TABLES[1:]:
+                conn.exec_driver_sql(_dialect(ledger, f"DELETE FROM {table} WHERE job = ?"), (key,))  # noqa: S608
+    if keys and not ledger.postgres:
+        with ledger.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    return len(keys)
+
+
+def _dialect(ledger: Ledger, sql: str) -> str:
+    return sql.replace("?", "%s") if ledger.postgres else sql
 
 
 def _drop_payloads(conn: Connection, payload_jobs: Select[tuple[str]]) -> int:
@@ -136,3 +185,26 @@ def _drop(
         with ledger.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     return dropped, int(cleared or 0)
+
+
+def counted_elsewhere(ledger: Ledger) -> dict[str, list[tuple[object, ...]]]:
+    """What the metrics add to `Ledger.metric_rows`, in its shapes: purged jobs' counts (`folded_counts`), and the
+    invalid lines of jobs still held that were counted but never stored (jobs.unlisted)."""
+    cols = ", ".join(f"CAST(SUM({c}) AS BIGINT)" for c in USAGE)
+    return {
+        "items": ledger._rows(
+            "SELECT tenant, model, state, CAST(SUM(n) AS BIGINT) FROM folded_counts WHERE state <> 'batch' "
+            "GROUP BY tenant, model, state UNION ALL "
+            "SELECT tenant, model, 'invalid', CAST(SUM(unlisted) AS BIGINT) FROM jobs WHERE unlisted > 0 "
+            "GROUP BY tenant, model",
+            (),
+        ),
+        "sync": ledger._rows(
+            f"SELECT tenant, model, {cols} FROM folded_counts WHERE via = 'sync' GROUP BY tenant, model",  # noqa: S608
+            (),
+        ),
+        "batch": ledger._rows(
+            f"SELECT tenant, model, {cols} FROM folded_counts WHERE state = 'batch' GROUP BY tenant, model",  # noqa: S608
+            (),
+        ),
+    }

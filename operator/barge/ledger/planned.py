@@ -109,3 +109,17 @@ def insert_frames(
         return states.total()
     finally:
         cursor.close()
+
+
+def discard(conn: Connection, job: str) -> int:
+    """A plan that was refused or stopped (batch/capacity.py): every row it wrote goes, so that no job is ever left
+    half-planned in the ledger. Only for a job not yet planned: nothing of it was submitted. The delete trigger
+    keeps `item_counts` exact. Returns the item rows removed."""
+    removed = conn.exec_driver_sql(_sql(conn, "DELETE FROM items WHERE job = ?"), (job,)).rowcount
+    conn.exec_driver_sql(_sql(conn, "DELETE FROM payload_pages WHERE job = ?"), (job,))
+    conn.exec_driver_sql(_sql(conn, "DELETE FROM payloads WHERE job = ?"), (job,))
+    return int(removed or 0)
+
+
+def _sql(conn: Connection, text: str) -> str:
+    return text.replace("?", "%s") if conn.dialect.name == "postgresql" else text

@@ -42,6 +42,10 @@ jobs = Table(
     Column("outputs_until", Float),
     # the provider deployment whose batch quota the job's batches count against (ledger/quota.py); NULL: none yet
     Column("quota_key", String(64)),
+    # invalid input lines counted, not stored as rows (past the policy's ledger.listedInvalidLines; batch/capacity.py)
+    Column("unlisted", Integer, nullable=False, default=0, server_default="0"),
+    # when the LLMBatchJob was deleted (lifetime.forget_job): its audit rows are purged ledger.deletedJobsKeptFor later
+    Column("deleted_at", Float),
 )
 
 #: Item states: pending -> submitting (in an open intent) -> submitted (in a batch) -> a terminal state,
@@ -157,6 +161,23 @@ item_counts = Table(
     sqlite_with_rowid=False,
 )
 
+#: What purged jobs (deleted, then kept `ledger.deletedJobsKeptFor`) had counted, per tenant and model: their item
+#: counts by (state, via) as in `item_counts`, and their batches' usage as state 'batch'. The metrics add these, so
+#: that a counter never goes down when a job's rows go (ledger/lifetime.py `purge_deleted`).
+folded_counts = Table(
+    "folded_counts",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("state", String(16), primary_key=True),
+    Column("via", String(8), primary_key=True),
+    Column("n", BigInteger, nullable=False, default=0),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_read_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_write_tokens", BigInteger, nullable=False, default=0),
+)
+
 #: Columns made 64-bit after a table's first release, (table, column): PostgreSQL ledgers made before get them
 #: widened when opened (SQLite's INTEGER is 64-bit whatever the declared type).
 WIDENED = tuple(("batches", c) for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
@@ -169,4 +190,6 @@ ADDED_COLUMNS = (
     ("jobs", "payloads_until", "FLOAT"),
     ("jobs", "outputs_until", "FLOAT"),
     ("jobs", "quota_key", "VARCHAR(64)"),
+    ("jobs", "unlisted", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "deleted_at", "FLOAT"),
 )

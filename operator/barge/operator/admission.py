@@ -29,6 +29,7 @@ from barge.policy import (
     check_endpoint,
     check_extra_flags,
     check_image,
+    check_retention,
     check_storage,
     endpoint_host,
     tenant_of,
@@ -106,6 +107,7 @@ async def _storage(
 async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpec) -> Admission:
     """The job's tenant and storage, or `Refused` naming the first policy it breaks."""
     team = await tenant(kube, namespace, spec.tenant)
+    check_retention(policy, spec.retention.keep_payloads_for, spec.retention.keep_outputs_for)
     prefixes = policy.prefixes_for(namespace, team)
     if spec.provider.type != "pool":
         await check_base_url(policy, spec.provider.type, spec.provider.base_url)

@@ -108,6 +108,7 @@ class Context:
             delete_provider_copies=self.config.delete_provider_copies,
             output_expires_after_days=self.config.output_expires_after_days,
             plan_limits=PlanLimits(memory_bytes=self.config.planner_memory_mb << 20),
+            ledger_limits=self.config.policy.ledger,
         )
 
 
@@ -369,15 +370,17 @@ async def _deadline(
     generation: int,
     post: Poster,
 ) -> bool:
-    """The deadline applies to a job whose steps fail: past it the job is Failed (True: the daemon ends)."""
+    """The deadline applies to a job whose steps fail: past it the job is Failed (True: the daemon ends). Only
+    once the ledger took it: a CR that says Failed over a ledger that says Running is never reconciled."""
+    grace = faults.deadline_grace(ctx.config.poll_seconds)
     try:
         tenant = await admission.tenant_or_namespace(ctx.kube, meta["namespace"])
         done = await asyncio.to_thread(
-            faults.fail_at_deadline, ctx.ledger, job_key(meta), spec, tenant, time.time(), fault
+            lambda: faults.fail_at_deadline(ctx.ledger, job_key(meta), spec, tenant, time.time(), fault, grace=grace)
         )
-    except Exception:
+    except Exception:  # StepFailed, retried: the next step may reach the ledger
         log.exception("cannot record the deadline failure of %s in the ledger", job_key(meta))
-        done = spec.deadline is not None and time.time() >= spec.deadline.timestamp()
+        done = False
     if not done:
         return False
     status = faultstatus.failed_at_deadline(current, fault, generation)

@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.k8s.pool import PENDING_METRIC
+from barge.ledger import lifetime, space
 from barge.operator import quota
 from barge.operator.looplag import LagCollector
 from barge.providers.base import Usage
@@ -47,6 +48,8 @@ ITEM_STATES = ("total", "pending", "submitted", "succeeded", "refused", "invalid
 POOL_CONDITIONS = ("Ready", "Available", "Degraded", "QuotaCapped", "ScalingConflict")
 KINDS = ("input", "output", "cache_read", "cache_write")
 DEFAULT_RATIO = float(LLMBatchJobSpec.model_fields["success_ratio"].default)
+#: The model label of every model the price table does not know (M2: free text must not make series).
+OTHER_MODEL = "other"
 
 
 def _timestamp(value: Any) -> float | None:
@@ -187,6 +190,8 @@ class BargeCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         now = time.time()
         rows = self.ctx.ledger.metric_rows()
+        for name, more in lifetime.counted_elsewhere(self.ctx.ledger).items():  # purged jobs, unlisted lines
+            rows[name] = [*rows[name], *more]
         # The ledger's tenant (what cost is metered by) wins over the object's, for jobs it already holds.
         tenant_of = {job.rsplit("/", 1)[-1]: tenant for job, tenant in rows["jobs"]}
         yield from self._jobs(now, tenant_of)
@@ -204,6 +209,24 @@ class BargeCollector(Collector):
         yield from self._ledger(rows, now)
         yield from self._cleanups(rows["cleanup"])
         yield from self._held(now)
+        yield from self._space()
+
+    def _space(self) -> Iterator[GaugeMetricFamily]:
+        """The ledger's volume (SQLite; statvfs and file sizes, cheap at each scrape): alerts fire before planning
+        is refused at the policy's floor (BargeLedgerSpaceLow) and once it is (BargeLedgerFull)."""
+        ledger = self.ctx.ledger
+        free = space.free_bytes(ledger)
+        if free is None:
+            return
+        yield GaugeMetricFamily("barge_ledger_free_bytes", "Free bytes of the ledger's volume", value=free)
+        yield GaugeMetricFamily(
+            "barge_ledger_size_bytes", "Bytes of the ledger's database files", value=space.size_bytes(ledger) or 0
+        )
+        yield GaugeMetricFamily(
+            "barge_ledger_min_free_bytes",
+            "Free bytes below which no job is planned (the policy's ledger.minFreeBytes)",
+            value=self.ctx.config.policy.ledger.min_free_bytes,
+        )
 
     def _held(self, now: float) -> Iterator[GaugeMetricFamily]:
         """Texts still in the ledger, as last measured by the purge timer (no scan at scrape time)."""
@@ -379,11 +402,25 @@ class BargeCollector(Collector):
             gauge.add_metric([namespace, pool], n)
         return gauge
 
+    def _model(self, model: str) -> str:
+        """The model label: a model of the price table (the table's name for it: dated variants and any suffix
+        share their entry's), else `other`. spec.provider.model is the tenant's free text, and every distinct
+        value was a series for ever (REVIEW-3 M2); an admin who wants a model's own series prices it (BARGE_PRICES)."""
+        table = self.ctx.prices.models
+        if model in table:
+            return model
+        prefixes = [m for m in table if model.startswith(m)]
+        return max(prefixes, key=len) if prefixes else OTHER_MODEL
+
     def _ledger(self, rows: Mapping[str, list[tuple[Any, ...]]], now: float) -> Iterator[Any]:
         ctx = self.ctx
         requests = CounterMetricFamily("barge_requests", "Items by outcome", labels=["tenant", "model", "outcome"])
+        counted: dict[tuple[str, str, str], int] = {}
         for tenant, model, state, n in rows["items"]:
-            requests.add_metric([tenant, model, state], n)
+            outcome = (str(tenant), self._model(str(model)), str(state))
+            counted[outcome] = counted.get(outcome, 0) + int(n)
+        for outcome, n in sorted(counted.items()):
+            requests.add_metric(list(outcome), n)
         yield requests
         tokens = CounterMetricFamily("barge_tokens", "Tokens billed", labels=["tenant", "model", "path", "kind"])
         cost = CounterMetricFamily("barge_cost_usd", "Cost in USD", labels=["tenant", "model", "path"])
@@ -391,14 +428,22 @@ class BargeCollector(Collector):
             "barge_saved_usd", "Batch usage at the synchronous price minus its batch cost", labels=["tenant", "model"]
         )
         for path in ("batch", "sync"):
+            summed: dict[tuple[str, str], list[Any]] = {}  # (tenant, label) -> [usage..., cost, saved]
             for tenant, model, *usage in rows[path]:
-                for kind, value in zip(KINDS, usage, strict=True):
-                    tokens.add_metric([tenant, model, path, kind], value)
                 used = Usage(*(int(u) for u in usage))
-                spent = ctx.prices.cost(model, used, batch=path == "batch")
-                cost.add_metric([tenant, model, path], float(spent))
+                spent = ctx.prices.cost(str(model), used, batch=path == "batch")
+                extra = ctx.prices.cost(str(model), used, batch=False) - spent
+                total = summed.setdefault((str(tenant), self._model(str(model))), [0, 0, 0, 0, 0.0, 0.0])
+                for i, value in enumerate(usage):
+                    total[i] += int(value)
+                total[4] += float(spent)
+                total[5] += float(extra)
+            for (tenant, label), total in sorted(summed.items()):
+                for kind, value in zip(KINDS, total[:4], strict=True):
+                    tokens.add_metric([tenant, label, path, kind], value)
+                cost.add_metric([tenant, label, path], total[4])
                 if path == "batch":
-                    saved.add_metric([tenant, model], float(ctx.prices.cost(model, used, batch=False) - spent))
+                    saved.add_metric([tenant, label], total[5])
         yield from (tokens, cost, saved)
         tenants = dict(rows["jobs"])
         batches: dict[tuple[str, str, str], list[int]] = {}

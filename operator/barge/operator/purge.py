@@ -2,7 +2,9 @@
 (spec.retention.keepPayloadsFor / keepOutputsFor) really go when their time has passed.
 
 Every `ledger_purge_seconds` it drops the texts past their keep times and, when `ledger_purge_older_than` is set,
-those of every job that ended longer ago. Several replicas may run it at once: dropping is idempotent.
+those of every job that ended longer ago; and it removes every row of the jobs deleted longer ago than the policy's
+ledger.deletedJobsKeptFor (lifetime.purge_deleted), so that deleted jobs do not hold the shared volume for ever.
+Several replicas may run it at once: dropping and purging are idempotent.
 At start and after each purge it measures the text bytes still held per tenant into the Context, which the metrics
 export (barge_ledger_text_bytes): the measurement reads every text, so it runs here, not on each scrape.
 """
@@ -24,11 +26,15 @@ log = logging.getLogger("barge.operator")
 
 
 def purge_once(config: OperatorConfig, ledger: Ledger, now: float) -> tuple[int, int]:
-    """(payload rows, outputs) dropped now."""
+    """(payload rows, outputs) dropped now; deleted jobs past the policy's ledger.deletedJobsKeptFor go whole."""
     older = config.ledger_purge_older_than
     before = now - lifetime.seconds(older) if older else None
     ledger.fold_counts()  # where nothing scrapes /metrics, the item-count deltas still get folded
-    return lifetime.drop_texts(ledger, now, finished_before=before)
+    dropped = lifetime.drop_texts(ledger, now, finished_before=before)
+    purged = lifetime.purge_deleted(ledger, now, config.policy.ledger.deleted_jobs_kept_seconds)
+    if purged:
+        log.info("ledger purge: removed the audit rows of %d deleted jobs (their counts kept per tenant)", purged)
+    return dropped
 
 
 def measure(ctx: Context, now: float) -> None:
