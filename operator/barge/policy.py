@@ -21,6 +21,8 @@ any byte is read or sent.
 |                                           | checked again for every connection (EndpointPolicy)              |
 | may this pool run this image, these flags?| images matching pools.images; extra flags named in               |
 |                                           | pools.extraFlags (ImagePolicy)                                   |
+| whose batch quota and priority count      | the admin's `admission` section only (barge/admission_policy.py) |
+| between tenants?                          |                                                                  |
 | how long may a job keep its texts, how    | keep times up to ledger.maxKeepFor (RetentionPolicy); items per |
 | many items may it and its tenant hold?    | job and tenant, and the ledger's free space (barge/limits.py)    |
 """
@@ -35,6 +37,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from barge import admission_policy
 
 from barge import limits as limits_
 from barge.limits import LedgerLimits
@@ -106,6 +110,8 @@ class Policy:
     """Engine flags (`--name`) allowed in spec.engine.args.extra; none by default."""
     max_payload_bytes: int = 10 * 1024 * 1024
     """Largest claim-check payload a worker reads (payloadUrl)."""
+    admission: admission_policy.AdmissionPolicy = admission_policy.DEFAULT
+    """Shared deployments' quotas and the priority bounds between tenants (barge/admission_policy.py)."""
     ledger: LedgerLimits = field(default_factory=LedgerLimits)
     """What one job and one tenant may hold in the shared ledger (policy section `ledger`, barge/limits.py)."""
 
@@ -339,7 +345,7 @@ def _prefix(text: str, where: str) -> str:
 def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Policy:
     """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes."""
     data = dict(data or {})
-    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "ledger"}
+    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "admission", "ledger"}
     if unknown:
         raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
     storage = dict(data.get("storage") or {})
@@ -368,5 +374,6 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Pol
         images=_strings(pools.get("images"), "pools.images") or DEFAULT_IMAGES,
         extra_flags=_strings(pools.get("extraFlags"), "pools.extraFlags"),
         max_payload_bytes=int(workers.get("maxPayloadBytes", Policy.max_payload_bytes)),
+        admission=admission_policy.parse(data.get("admission")),
         ledger=limits_.parse(data.get("ledger")),
     )

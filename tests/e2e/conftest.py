@@ -90,12 +90,14 @@ class Operator:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []
+        self.policy_sections: dict[str, Any] = {}
+        """Sections added to `admin_policy` at the next start (a test restarts the operator with them)."""
 
     def start(self) -> None:
         log = self.workdir / f"{self.name}-{len(self.logs)}.log"
         self.logs.append(log)
         policy = self.workdir / "policy.yaml"
-        policy.write_text(yaml.safe_dump(admin_policy(self.workdir)))
+        policy.write_text(yaml.safe_dump({**admin_policy(self.workdir), **self.policy_sections}))
         env = {
             **os.environ,
             "KUBECONFIG": str(self.cluster.kubeconfig),

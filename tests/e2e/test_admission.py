@@ -1,7 +1,9 @@
 """Quota-aware admission end to end: the real API server, the e2e `barge operator`, `barge emulator` as Azure.
 
 Two teams (namespaces labelled tenant acme and globex), each with an InferencePool on the same Azure Global Batch
-deployment (the shipped sample, pointed at the emulator) declaring its enqueued-token quota. Three jobs arrive in
+deployment (the shipped sample, pointed at the emulator) declaring its enqueued-token quota. The admin's policy
+lists that deployment as shared, with the same quota, and lets acme's priority count up to 1 (without the
+listing each team has a queue of its own: barge/admission_policy.py). Three jobs arrive in
 one `kubectl apply`: acme-a (priority 0), acme-b (priority 1), globex-c (priority 0). Each fits the quota alone,
 no two fit together, and the emulator's `azureEnqueuedTokenLimit` is that same quota: it answers
 `token_limit_exceeded` to any batch that would overflow it. Without admission, two of the three first batches
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,8 +34,19 @@ JOBS = (("acme", "a", 0), ("acme", "b", 1), ("globex", "c", 0))
 
 
 @pytest.fixture
-def azure(start_emulator: Factory) -> EmulatorThread:
-    return start_emulator({"batch": {"processingSeconds": 2, "azureEnqueuedTokenLimit": LIMIT}})
+def azure(start_emulator: Factory, operator: Operator) -> Iterator[EmulatorThread]:
+    """The emulator as Azure, and the operator restarted with the admin's word that its deployment is shared."""
+    emu = start_emulator({"batch": {"processingSeconds": 2, "azureEnqueuedTokenLimit": LIMIT}})
+    shared = {"provider": "azure-openai", "baseURL": emu.url, "model": DEPLOYMENT, "enqueuedTokens": LIMIT}
+    operator.policy_sections = {"admission": {"tenants": {"acme": {"maxPriority": 1}}, "sharedDeployments": [shared]}}
+    operator.stop()
+    operator.start()
+    try:
+        yield emu
+    finally:
+        operator.policy_sections = {}
+        operator.stop()
+        operator.start()
 
 
 def job(namespace: str, name: str, priority: int, output: str) -> dict[str, Any]:

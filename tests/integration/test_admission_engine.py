@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from barge.admission_policy import AdmissionPolicy, SharedDeployment
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import prices
 from barge.batch.admission_queue import BatchQuota
@@ -73,6 +74,7 @@ async def drive(
                 gather=gather,
                 backoff=backoff,
                 ttl=60,
+                policy=shared(at),
             )
             provider = make_provider("azure-openai", "k", base_url=emu_url, sync_retries=0)
             try:
@@ -90,6 +92,14 @@ async def drive(
     async with asyncio.timeout(60):
         done = await asyncio.gather(*(daemon(job, created) for job, created in jobs))
     return {job.key: snap for (job, _), snap in zip(jobs, done, strict=True)}
+
+
+def shared(at: quota.Where) -> AdmissionPolicy:
+    """The admin's policy: the emulator's deployment is shared by acme and globex, with the pool's quota, and
+    priority counts between tenants (else each tenant has a queue of its own: barge/admission_policy.py)."""
+    provider, base_url, model = at.deployment
+    deployment = SharedDeployment(provider, base_url, model, at.quota.enqueued_tokens, at.quota.max_live_batches)
+    return AdmissionPolicy(max_priority=1000, shared=(deployment,))
 
 
 def first_batches(emu: Any) -> list[str]:

@@ -16,9 +16,16 @@ from barge.batch.snapshot import Snapshot
 from barge.ledger import Ledger
 from barge.ledger import quota as ledger_quota
 from barge.operator import kstatus, quota
+from barge.policy import parse
 
 NOW = 1_800_000_000.0
 AT = quota.where("azure-openai", "https://contoso.openai.azure.com/", "dep", BatchQuota(1000), "azure")
+#: The admin lists both deployments these tests use as shared by tenants a and b (else each tenant has its own
+#: queue: tests/unit/test_quota_tenancy.py), and lets priority count between tenants.
+SHARED = parse({"admission": {"maxPriority": 1000, "sharedDeployments": [
+    {"provider": "azure-openai", "baseURL": "https://contoso.openai.azure.com", "model": "dep", "enqueuedTokens": 1000},
+    {"provider": "azure-openai", "baseURL": "https://x", "model": "dep"},
+]}}).admission  # fmt: skip
 
 
 class Clock:
@@ -33,7 +40,7 @@ def gate(queues: quota.Queues, ledger: Ledger, key: str, tenant: str, *, priorit
          created: float = 1.0, gather: float = 5.0) -> quota.JobGate:  # fmt: skip
     ledger.ensure_job(key, "h", tenant, "dep")
     return queues.gate(ledger, key, tenant=tenant, priority=priority, created=created, namespace=f"ns-{tenant}", at=at,
-                       gather=gather, backoff=60.0, ttl=60.0)  # fmt: skip
+                       gather=gather, backoff=60.0, ttl=60.0, policy=SHARED)  # fmt: skip
 
 
 async def turn(g: quota.JobGate, shards: list[int]) -> int:

@@ -9,11 +9,13 @@ The queue's order, one rule per line, each breaking the ties of the one above:
 
 | rule       | order                                                                                   |
 | ---------- | --------------------------------------------------------------------------------------- |
-| priority   | `spec.priority`, higher first                                                           |
+| priority   | `spec.priority`, higher first, as far as the admin lets a tenant's priority count       |
+|            | between tenants (`Waiting.priority`, bounded by the operator: admission_policy.py)      |
 | fair share | at equal priority, tenants take turns, one job per turn (round-robin): the tenant       |
 |            | served least recently goes first (never served: first of all), and a tenant just served |
 |            | goes to the back, so one tenant's 30 jobs cannot starve another's one                   |
-| age        | within a tenant, the oldest job first (creation time, then key)                         |
+| own order  | within a tenant, its own `spec.priority` in full (`Waiting.own_priority`), higher first |
+| age        | then the oldest job first (creation time, then key)                                     |
 
 "Served" is the last time a batch of that tenant was created on the deployment (the ledger keeps it, so the
 rotation survives a restart); placing a job in the order counts as serving its tenant for the jobs below it.
@@ -96,6 +98,12 @@ class Waiting:
     """Estimated prompt tokens of each pending shard, in the order they would be created."""
     since: float
     """When it joined the queue (the admission window counts from here)."""
+    own_priority: int | None = None
+    """Its spec.priority as it orders the tenant's own jobs (None: `priority`, when no bound cut it)."""
+
+    @property
+    def rank(self) -> int:
+        return self.priority if self.own_priority is None else self.own_priority
 
 
 @dataclass(frozen=True)
@@ -132,11 +140,12 @@ def fits_whole(shards: Sequence[int], quota: BatchQuota) -> bool:
 
 
 def queue_order(waiting: Iterable[Waiting], last_served: Mapping[str, float]) -> list[Waiting]:
-    """The queue: priority, then round-robin between tenants (least recently served first), then age."""
+    """The queue: priority, then round-robin between tenants (least recently served first), then the tenant's own
+    priority, then age."""
     served = dict(last_served)
     turn = max([*served.values(), 0.0]) + 1.0  # placing a job serves its tenant "after" every real time
     levels: dict[int, dict[str, list[Waiting]]] = {}
-    for w in sorted(waiting, key=lambda w: (w.created, w.key)):
+    for w in sorted(waiting, key=lambda w: (-w.rank, w.created, w.key)):
         levels.setdefault(w.priority, {}).setdefault(w.tenant, []).append(w)
     out: list[Waiting] = []
     for priority in sorted(levels, reverse=True):

@@ -35,6 +35,7 @@ from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
 from barge.k8s import schedule
 from barge.ledger import Ledger, lifetime
+from barge.ledger import quota as ledger_quota
 from barge.operator import admission, faultstatus, metrics, pools
 from barge.operator import quota as quota_
 from barge.operator import status as status_
@@ -351,6 +352,7 @@ def _gate(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, job: Job, t
         backoff=ctx.config.admission_backoff_seconds,
         ttl=quota_.queue_ttl(ctx.config.poll_seconds),
         halted=lambda: job.key in ctx.deleting,
+        policy=ctx.config.policy.admission,
     )
 
 
@@ -395,6 +397,7 @@ async def delete_job(ctx: Context, body: Any, post: Poster) -> None:
     await cancel_on_delete(ctx, body, post)
     key = job_key({k: body["metadata"].get(k) for k in ("namespace", "name", "uid")})
     await asyncio.to_thread(lifetime.forget_job, ctx.ledger, key)
+    await asyncio.to_thread(ledger_quota.release, ctx.ledger, key)  # its batches no longer hold quota (H5)
 
 
 async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:

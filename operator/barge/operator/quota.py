@@ -1,8 +1,10 @@
 """Quota-aware admission in the operator: one admission queue per provider deployment, kept in this process.
 
 The rules are pure (batch/admission_queue.py). This module keeps, per deployment (provider type, endpoint and
-model or Azure deployment name: pools in several namespaces that name the same deployment share its quota, so
-they share one queue), the jobs waiting to create batches; asks the rules at each job's turn; and holds the
+model or Azure deployment name) and tenant, or per deployment alone when the admin's policy lists it as shared
+(`admission.sharedDeployments`, with its quota: barge/admission_policy.py says why), the jobs waiting to create
+batches; asks the rules at each job's turn, with each job's priority bounded by the admin's policy for its
+tenant; and holds the
 deployment's lock while the admitted shards are created, so two jobs never take the same room. What is in flight
 is read from the ledger (every job on the deployment carries its key there, see ledger/quota.py), so a restart
 loses only the waiting list, which the job daemons rebuild at their next step; the admission window (a job waits
@@ -35,6 +37,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from barge import admission_policy
+from barge.admission_policy import AdmissionPolicy
 from barge.batch import admission_queue as aq
 from barge.batch.bounded import bound
 from barge.batch.snapshot import Snapshot, rfc3339
@@ -60,18 +64,33 @@ class Where:
     """The deployment a job's batches count against, and the pool that declared its quota."""
 
     key: str
-    """Hash of provider type, endpoint and model: the queue, and `jobs.quota_key` in the ledger."""
+    """Hash of provider type, endpoint and model (and the tenant, once `scoped`, unless the admin lists the
+    deployment as shared): the queue, and `jobs.quota_key` in the ledger."""
     label: str
     """How messages name it."""
     quota: aq.BatchQuota = field(default_factory=aq.BatchQuota)
     pool: str = ""
     """The InferencePool (in the job's namespace) that declared the quota; empty for a provider named in the job."""
+    deployment: tuple[str, str, str] = ("", "", "")
+    """(provider type, endpoint, model) as the admin's shared deployments name them."""
 
 
 def where(provider: str, base_url: str, model: str, quota: aq.BatchQuota | None = None, pool: str = "") -> Where:
     key = hashlib.sha256(f"{provider}\n{base_url.rstrip('/')}\n{model}".encode()).hexdigest()[:32]
     label = f"InferencePool {pool!r} ({provider} deployment {model!r})" if pool else f"{provider} model {model!r}"
-    return Where(key, label, quota or aq.BatchQuota(), pool)
+    return Where(key, label, quota or aq.BatchQuota(), pool, (provider, base_url, model))
+
+
+def scoped(at: Where, tenant: str, policy: AdmissionPolicy) -> Where:
+    """The queue a tenant's job joins on `at`: the deployment's own, with the admin's quota, when the policy lists
+    it as shared; otherwise the tenant's own queue on it, with the quota the tenant's pool declared."""
+    shared = policy.shared_for(*at.deployment)
+    if shared is not None:
+        quota = aq.BatchQuota(shared.enqueued_tokens, shared.max_live_batches)
+        provider, _, model = at.deployment
+        return replace(at, label=f"{provider} deployment {model!r} (shared; quota set by the admin)", quota=quota)
+    key = hashlib.sha256(f"{at.key}\n{tenant}".encode()).hexdigest()[:32]
+    return replace(at, key=key)
 
 
 @dataclass(frozen=True)
@@ -166,12 +185,18 @@ class Queues:
         backoff: float,
         ttl: float,
         halted: Callable[[], bool] = lambda: False,
+        policy: AdmissionPolicy = admission_policy.DEFAULT,
     ) -> JobGate:
+        """The job's gate; `policy` is the admin's (`Policy.admission`): which queue it joins, how far its
+        priority counts between tenants."""
+        at = scoped(at, tenant, policy)
         with self.mutex:
             dep = self.deployments.setdefault(at.key, _Deployment(at.key))
-        return JobGate(
+        gate = JobGate(
             self, ledger, dep, job_key, tenant, priority, created, namespace, at, gather, backoff, ttl, halted
         )
+        gate.priority = min(priority, policy.priority_bound(tenant))
+        return gate
 
     def leave(self, job_key: str) -> None:
         """The job no longer waits anywhere (deleted, suspended, finished, or gone to the synchronous path)."""
@@ -224,6 +249,8 @@ class JobGate:
     ) -> None:
         self.queues, self.ledger, self.dep, self.key = queues, ledger, dep, job_key
         self.tenant, self.priority, self.created, self.namespace, self.at = tenant, priority, created, namespace, at
+        self.own_priority = priority
+        """spec.priority in full: it orders the tenant's own jobs; `priority` (bounded by the admin) the rest."""
         self.gather, self.backoff, self.ttl = gather, backoff, ttl
         self.turned = False
         """The engine reached submission in this step (else the job is not waiting: it leaves the queue)."""
@@ -237,8 +264,8 @@ class JobGate:
             return self._quota().enqueued_tokens
 
     def _quota(self) -> aq.BatchQuota:
-        """The stricter of every declaration of this deployment's quota among the pools of the jobs waiting (the
-        caller holds the mutex)."""
+        """The stricter of every declaration of this queue's quota among the pools of the jobs waiting: the
+        tenant's own pools, or the admin's figure for a shared deployment (the caller holds the mutex)."""
         quota = self.at.quota
         for entry in self.dep.entries.values():
             quota = quota.tighter(entry.quota)
@@ -286,13 +313,17 @@ class JobGate:
         queues, dep, now = self.queues, self.dep, self.queues.clock()
         entry = dep.entries.get(self.key)
         if entry is None:
-            waiting = aq.Waiting(self.key, self.tenant, self.priority, self.created, tuple(shards), now)
+            waiting = aq.Waiting(
+                self.key, self.tenant, self.priority, self.created, tuple(shards), now, self.own_priority
+            )
             started = self.ledger.intent_count(self.key) > 0
             entry = _Entry(waiting, self.namespace, self.at.pool, self.at.quota, now, started)
             dep.entries[self.key] = entry
             queues.labels.add((self.namespace, self.at.pool, self.tenant))
         else:
-            entry.waiting = replace(entry.waiting, priority=self.priority, shards=tuple(shards))
+            entry.waiting = replace(
+                entry.waiting, priority=self.priority, own_priority=self.own_priority, shards=tuple(shards)
+            )
             entry.seen, entry.quota = now, self.at.quota
         queues._prune(self.ttl)
         if dep.live is None or now - dep.live_at > LIVE_MAX_AGE:
