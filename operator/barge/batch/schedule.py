@@ -14,8 +14,9 @@ question -> answer:
 - The latest is later than `startingDeadlineSeconds`? Skipped too, with a `MissedSchedule` event.
 - Its name? `<schedule>-<minutes since the epoch>`, as CronJob names its Jobs: creating it twice is a 409.
 - A run still active (not Succeeded/Failed)? `Hold` (default): the new run is created held (phase Queued) and
-  released when every earlier run is terminal, oldest first. `Forbid`: skipped with a `ForbiddenConcurrent`
-  event. `Allow`: created and started.
+  released when every earlier run is terminal; at most one run waits so: while one does, a later time is skipped
+  with a `MissedSchedule` event (a first run that never ended made one run a minute, without end: review 3, H9).
+  `Forbid`: skipped with a `ForbiddenConcurrent` event. `Allow`: created and started.
 - Run date? The scheduled time's date in `timeZone`.
 - Deadline `at: "06:00"`? The first 06:00 in `timeZone` after the scheduled time (a 06:00 that does not exist
   that day is read with the offset in force before the change).
@@ -265,6 +266,16 @@ def _plan(
             )
         ]
     held = bool(active) and spec.concurrency_policy == "Hold"
+    waiting = [r.name for r in active if r.held]
+    if held and waiting:
+        return None, [
+            Skipped(
+                latest,
+                "MissedSchedule",
+                f"run for {rfc3339(latest)} skipped: {waiting[0]} already waits for the active run to end "
+                "(concurrencyPolicy Hold keeps one run waiting)",
+            )
+        ]
     return Planned(run, latest, run_date(latest, tz), deadline_for(latest, tz, spec.deadline), held), []
 
 
