@@ -34,6 +34,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from barge.batch import planner_env
+
 PID = struct.Struct("!i")
 BOOT = (
     "import os, sys, contextlib\n"
@@ -49,6 +51,8 @@ PIPE_LIMIT = 1 << 20  # frames of rows are read whole (readexactly); this only b
 def serve(fd: int) -> None:
     """The server's loop: fork a planner per request, report pids and exit codes, end with the parent's socket."""
     from barge.batch import planner  # the imports every child shares
+
+    planner_env.confine()  # no new privileges, Python's files only: inherited by every planner (REVIEW-3 M8)
 
     sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe()
@@ -185,6 +189,7 @@ class Server:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", BOOT, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
+                env=planner_env.server_env(os.environ),  # no ledger DSN, keys, KUBERNETES_* (planner_env.py)
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
             )
