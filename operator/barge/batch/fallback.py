@@ -2,16 +2,31 @@
 
 Bounded concurrency, a token bucket for requests and tokens per minute, and Retry-After honoured for every
 worker at once: a 429 pauses the whole path, because twenty callers each getting a 429 help nobody.
+
+Memory: the pending items are read from the ledger as the workers take them, a page of `concurrency` at a time
+(`send_pending`), so a pass holds about twice its concurrency's payloads whatever the job. Listed whole before the
+first call, 5,000 prompts of 50 KB on an engine pool added ~500 MiB to the shared operator for the whole pass
+(REVIEW-3 C2). The decisions that need every item (fail them all when `fallback.sync` is off, the budget's cut)
+read no payload.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from barge.batch.budget import Budget
+from barge.batch.routing import route
+from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import BatchProvider, Outcome, Request, Result
+from barge.providers.errors import Fatal
+
+Event = Callable[[str, str, str], None]
+#: Item changes written per transaction as results arrive, and ids failed per transaction.
+WRITE_EVERY = 100
+FAIL_PAGE = 1000
 
 
 class RateLimiter:
@@ -78,6 +93,8 @@ class SyncItem:
     custom_id: str
     user: str
     est_tokens: int
+    attempts: int = 0
+    """Tries before this pass (the ledger's count)."""
 
 
 async def run_sync(
@@ -93,16 +110,14 @@ async def run_sync(
     halted: Callable[[], bool] = lambda: False,
 ) -> None:
     """Call the provider for every item; transient answers are retried up to `tries` times, after the
-    Retry-After the provider asked for. Fatal errors propagate (they stop the job)."""
-    queue: asyncio.Queue[SyncItem] = asyncio.Queue()
-    for item in items:
-        queue.put_nowait(item)
+    Retry-After the provider asked for. Fatal errors propagate (they stop the job). `items` is read lazily, one
+    item per free worker: an iterator over the ledger is never read ahead of the calls."""
+    source = iter(items)
 
     async def worker() -> None:
         while not halted():  # the job is being deleted: no further call is paid for
-            try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
+            item = next(source, None)
+            if item is None:
                 return
             result = Result(item.custom_id, Outcome.TRANSIENT)
             for attempt in range(tries):
@@ -119,3 +134,102 @@ async def run_sync(
     async with asyncio.TaskGroup() as group:
         for _ in range(max(1, concurrency)):
             group.create_task(worker())
+
+
+def _pending(ledger: Ledger, job: str, page: int, inflight: dict[str, int]) -> Iterator[SyncItem]:
+    """The job's pending items with their payloads, read a page at a time as they are taken; each one's attempts
+    noted in `inflight` until its result is written."""
+    for _, cid, payload, est_tokens, attempts in ledger.iter_items(
+        job, "custom_id, payload, est_tokens, attempts", ("pending",), page_size=page
+    ):
+        inflight[cid] = int(attempts)
+        yield SyncItem(cid, payload, int(est_tokens), int(attempts))
+
+
+def _fail_all(ledger: Ledger, job: str, error_type: str, reason: str) -> int:
+    """Every pending item failed, a page of ids at a time; how many."""
+    failed = 0
+    page: list[ItemUpdate] = []
+    for _, cid in ledger.iter_items(job, "custom_id", ("pending",)):
+        page.append(ItemUpdate(cid, "failed", error_type, reason))
+        if len(page) >= FAIL_PAGE:
+            ledger.apply(job, page)
+            failed += len(page)
+            page = []
+    ledger.apply(job, page)
+    return failed + len(page)
+
+
+async def send_pending(
+    ledger: Ledger,
+    job: str,
+    provider: BatchProvider,
+    build: Callable[[str, str], Request],
+    budget: Budget,
+    *,
+    sync: bool,
+    limits: tuple[int, int, int],
+    max_tokens: int,
+    tries: int,
+    on_event: Event,
+    halted: Callable[[], bool] = lambda: False,
+) -> None:
+    """One synchronous pass over the job's pending items: all failed (`deadline_exceeded`) unless `sync`, else
+    those the budget allows sent with `limits` (concurrency, requests and tokens per minute), their results
+    written as they come (`WRITE_EVERY` per transaction)."""
+    count = ledger.estimate_inputs(job, ("pending",))[1]
+    if not count:
+        return
+    if not sync:
+        _fail_all(ledger, job, "deadline_exceeded", "deadline reached and spec.fallback.sync is false")
+        return
+    if budget.spec.budget is not None:  # the budget's cut, in line order: over ids and estimates, not payloads
+        rows = [
+            (line, cid, None, est, n)
+            for line, cid, est, n in ledger.iter_items(job, "custom_id, est_tokens, attempts", ("pending",))
+        ]
+        count = len(budget.split_sync(rows, on_event))
+        del rows
+        if not count:
+            return
+    concurrency, rpm, tpm = limits
+    inflight: dict[str, int] = {}
+    buffer: list[ItemUpdate] = []
+    on_event("FallingBack", f"{count} items through the synchronous path", "Normal")
+
+    async def on_result(result: Result) -> None:
+        before = inflight.pop(result.custom_id)
+        change = route(result, before, before + 1, via="sync")
+        if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
+            u = result.usage
+            change = ItemUpdate(
+                change.custom_id,
+                change.state,
+                change.error_type,
+                change.reason,
+                change.attempts,
+                "sync",
+                result.text,
+                (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens),
+            )
+        buffer.append(change)
+        if len(buffer) >= WRITE_EVERY:
+            ledger.apply(job, buffer)
+            buffer.clear()
+
+    try:
+        await run_sync(
+            _pending(ledger, job, max(1, concurrency), inflight),
+            provider,
+            build,
+            concurrency=concurrency,
+            limiter=RateLimiter(rpm, tpm),
+            max_tokens=max_tokens,
+            tries=tries,
+            on_result=on_result,
+            halted=halted,
+        )
+    except* Fatal as group:  # a Fatal answer stops the pass (and the job): what was answered before it is kept
+        ledger.apply(job, buffer)
+        raise group.exceptions[0] from None
+    ledger.apply(job, buffer)

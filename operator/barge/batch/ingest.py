@@ -6,6 +6,12 @@ nothing twice. Memory stays at one chunk plus the batch's ids. The returned id s
 submitted set: ids the provider never mentions are retried; ids Barge never sent are ignored (and a batch
 holding none of ours is released, not ingested).
 
+A chunk ends at `CHUNK` rows or `CHUNK_BYTES` of result text, whichever comes first. Cut by rows only, one
+Anthropic batch of 100,000 results of ~4 KB was one chunk: +490 MiB of the shared operator's memory, past the
+chart's limit, and since that one chunk never committed, the restarted operator streamed the whole batch again
+and was killed again (REVIEW-3 C2). By bytes, what is held is ~1.5 x CHUNK_BYTES whatever the batch, and a killed
+ingestion resumes after its last committed chunk.
+
 Why the shape: this is the hot path of a 100,000-result batch. Results arrive a page per network read, each as
 a tuple (`providers.base.Parsed`) that becomes a ledger row tuple (`ledger.bulk.ROW`, no intermediate objects),
 and a chunk is large because the ledger applies it in one sorted pass: every chunk rewrites pages all over the
@@ -29,7 +35,11 @@ from barge.providers.base import BatchInfo, BatchProvider, Outcome, Parsed, Resu
 from barge.providers.errors import Fatal
 from barge.providers.jsonl import UNREADABLE
 
-CHUNK = 100_000  # rows per transaction: a whole Anthropic batch, two OpenAI ones; ~50 MB at 2 KB outputs
+CHUNK = 100_000  # rows per transaction at most: a whole Anthropic batch of short results, two OpenAI ones ...
+#: ... and result text (characters) per transaction at most: 8,000 results of 4 KB, 16,000 of 2 KB. Each chunk is a
+#: sorted pass over the items table (ledger/bulk.py), so fewer, larger chunks ingest faster; this is the memory the
+#: operator's sizing rule counts for one ingestion (README, "Sizing the operator").
+CHUNK_BYTES = 32 << 20
 PartWriter = Callable[[str, Iterable[bytes]], None]
 NO_USAGE = (0, 0, 0, 0)
 _SUCCEEDED, _FATAL = Outcome.SUCCEEDED, Outcome.FATAL
@@ -116,14 +126,17 @@ async def ingest(
     left = dict(expected)  # ids not seen yet: an id met twice, or never sent, is not in it
     seen = 0
     chunk: list[Row] = []
+    held = 0  # characters of result text in `chunk`
     half = len(expected) // 2
 
     def commit() -> None:
+        nonlocal held
         ledger.apply_rows(job, chunk, info.id)
         if any(r[6] is not None for r in chunk):  # streamed: a list of 100,000 orjson outputs holds ~4 KB each
             write_part(f"{info.id}-{time.time_ns()}", (_part(r) for r in chunk if r[6] is not None))
         report.count(chunk)
         chunk.clear()
+        held = 0
 
     async for page in provider.parsed_pages(info.id):
         for parsed in page:
@@ -146,7 +159,8 @@ async def ingest(
                 chunk.append((cid, "pending", parsed[7], parsed[8], attempts, "", None, *NO_USAGE))
             else:
                 chunk.append(_parsed_row(parsed, attempts, max_attempts))
-        if len(chunk) >= CHUNK:
+            held += len(parsed[2]) + len(parsed[8])
+        if len(chunk) >= CHUNK or held >= CHUNK_BYTES:
             commit()
     if not seen and report.foreign and expected and members is not None and len(expected) == len(members):
         ledger.release(job, info.id)

@@ -18,15 +18,14 @@ from decimal import Decimal
 
 from barge.batch import admission_queue, adoption, budget, capacity, failpoints, plan, planner, prices, retention
 from barge.batch.bounded import bound
-from barge.batch.fallback import RateLimiter, SyncItem, run_sync
+from barge.batch.fallback import send_pending
 from barge.batch.ingest import give_up, ingest, report_events
 from barge.batch.job import EngineSettings, Job
 from barge.batch.outputs import write_outputs
 from barge.batch.render import PlanError
-from barge.batch.routing import route
 from barge.batch.snapshot import LEDGER_MISMATCH, Snapshot, build_snapshot, ledger_mismatch, mismatch_message
 from barge.ledger import ItemUpdate, Ledger, lifetime
-from barge.providers.base import BatchInfo, BatchProvider, Outcome, Result
+from barge.providers.base import BatchInfo, BatchProvider
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient
 from barge.providers.upload import Replay
 from barge.storage import join, write_lines
@@ -362,66 +361,24 @@ class JobRunner:
 
     # --- the synchronous path -----------------------------------------------------------------------------------
     async def _fallback(self) -> None:
-        key = self.job.key
-        pending = list(self.ledger.iter_items(key, "custom_id, payload, est_tokens, attempts", ("pending",)))
-        if not pending:
-            return
-        if not self.job.spec.fallback.sync and not self.sync_only:
-            self.ledger.apply(
-                key,
-                [
-                    ItemUpdate(r[1], "failed", "deadline_exceeded", "deadline reached and spec.fallback.sync is false")
-                    for r in pending
-                ],
-            )
-            return
-        pending = self.budget.split_sync(pending, self.on_event)
-        if not pending:
-            return
-        attempts = {r[1]: int(r[4]) for r in pending}
+        """The pending items through the synchronous path, read a page at a time (batch/fallback.py)."""
         fb = self.job.spec.fallback
-        concurrency, rpm, tpm = fb.concurrency, fb.requests_per_minute, fb.tokens_per_minute
+        limits = (fb.concurrency, fb.requests_per_minute, fb.tokens_per_minute)
         if self.sync_limits is not None and self.sync_limits[0]:
-            concurrency, rpm, tpm = self.sync_limits
-        buffer: list[ItemUpdate] = []
-        self.on_event("FallingBack", f"{len(pending)} items through the synchronous path", "Normal")
-
-        async def on_result(result: Result) -> None:
-            before = attempts[result.custom_id]
-            change = route(result, before, before + 1, via="sync")
-            if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
-                u = result.usage
-                change = ItemUpdate(
-                    change.custom_id,
-                    change.state,
-                    change.error_type,
-                    change.reason,
-                    change.attempts,
-                    "sync",
-                    result.text,
-                    (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens),
-                )
-            buffer.append(change)
-            if len(buffer) >= 100:
-                self.ledger.apply(key, buffer)
-                buffer.clear()
-
-        try:
-            await run_sync(
-                [SyncItem(r[1], r[2], int(r[3])) for r in pending],
-                self.provider,
-                self.factory,
-                concurrency=concurrency,
-                limiter=RateLimiter(rpm, tpm),
-                max_tokens=self.job.spec.request.max_tokens,
-                tries=self.settings.sync_tries,
-                on_result=on_result,
-                halted=self.halted,
-            )
-        except* Fatal as group:
-            self.ledger.apply(key, buffer)
-            raise group.exceptions[0] from None
-        self.ledger.apply(key, buffer)
+            limits = self.sync_limits
+        await send_pending(
+            self.ledger,
+            self.job.key,
+            self.provider,
+            self.factory,
+            self.budget,
+            sync=fb.sync or self.sync_only,
+            limits=limits,
+            max_tokens=self.job.spec.request.max_tokens,
+            tries=self.settings.sync_tries,
+            on_event=self.on_event,
+            halted=self.halted,
+        )
 
     # --- judgement ------------------------------------------------------------------------------------------------
     async def _stop(self, message: str) -> None:

@@ -33,8 +33,11 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
-def reply_text(last_user: str, chars: int = 200) -> str:
-    """A completion any test can join back to its input: a fixed prefix and the prompt's first `chars` chars."""
+def reply_text(last_user: str, chars: int = 200, repeat: bool = False) -> str:
+    """A completion any test can join back to its input: a fixed prefix and the prompt's first `chars` chars
+    (`repeat`: of the prompt repeated, so that short prompts get long answers)."""
+    if repeat and last_user:
+        last_user *= chars // len(last_user) + 1
     return REPLY_PREFIX + last_user[:chars]
 
 
@@ -113,16 +116,16 @@ class Answer:
     """Answered (and billed) as succeeded, but its line of the results file is served unreadable (`garble`)."""
 
 
-def answer(item: Item, outcome: str, cache_hit: bool, reply_chars: int = 200) -> Answer:
+def answer(item: Item, outcome: str, cache_hit: bool, reply_chars: int = 200, repeat: bool = False) -> Answer:
     if item.invalid:
         return Answer("invalid_request", message=item.invalid)
     if outcome == "garbled":
-        return replace(answer(item, "succeeded", cache_hit, reply_chars), garbled=True)
+        return replace(answer(item, "succeeded", cache_hit, reply_chars, repeat), garbled=True)
     if outcome == "invalid_request":
         return Answer("invalid_request", message="emulated invalid request")
     if outcome in ("server_error", "expired", "canceled"):
         return Answer(outcome, message=f"emulated {outcome.replace('_', ' ')}")
-    full = "" if outcome == "refusal" else reply_text(item.last_user, reply_chars)
+    full = "" if outcome == "refusal" else reply_text(item.last_user, reply_chars, repeat)
     text = full[: item.max_tokens * 4]
     cached = item.cached_prefix_tokens
     return Answer(
@@ -189,6 +192,7 @@ class Batch:
     validation_errors: list[dict[str, Any]] = field(default_factory=list)
     output_expires_after: dict[str, Any] | None = None
     reply_chars: int = 200  # the profile's batch.replyChars
+    reply_repeat: bool = False  # the profile's batch.replyRepeat
     _answers: list[tuple[Item, Answer]] | None = field(default=None, repr=False)
     _rendered: dict[str, bytes] = field(default_factory=dict, repr=False)
 
@@ -237,7 +241,7 @@ class Batch:
             key = (item.model, item.cached_prefix_tokens)
             hit = key in seen_prefixes
             seen_prefixes.add(key)
-            out.append((item, answer(item, self.final_outcome(index), hit, self.reply_chars)))
+            out.append((item, answer(item, self.final_outcome(index), hit, self.reply_chars, self.reply_repeat)))
         self._answers = out
         return out
 
@@ -304,6 +308,7 @@ class Store:
             offsets,
             order,
             reply_chars=self.profile.batch.reply_chars,
+            reply_repeat=self.profile.batch.reply_repeat,
             **extra,
         )
         self.batches[batch_id] = batch

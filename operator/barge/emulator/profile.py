@@ -40,6 +40,8 @@ class BatchProfile:
     """Every delete answers 403, as for a key that may not delete."""
     reply_chars: int = 200
     """How many of the prompt's characters a batch answer echoes after its prefix (then cut to max_tokens x 4)."""
+    reply_repeat: bool = False
+    """The prompt is echoed repeated up to replyChars: short prompts get long answers (memory tests of ingestion)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ def parse_profile(data: dict[str, Any] | None) -> Profile:
             delete_failures=int(batch.get("deleteFailures", 0)),
             delete_forbidden=bool(batch.get("deleteForbidden", False)),
             reply_chars=max(0, int(batch.get("replyChars", 200))),
+            reply_repeat=bool(batch.get("replyRepeat", False)),
         ),
         sync=SyncProfile(
             latency_ms=float(sync.get("latencyMs", 50.0)),
