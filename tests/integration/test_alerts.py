@@ -42,6 +42,8 @@ REQUIRED = {
     "BargeJobBudgetExceeded",
     "BargeJobStepsFailing",
     "BargeLedgerErrors",
+    "BargeLedgerSpaceLow",
+    "BargeLedgerFull",
     "BargeOperatorAbsent",
     "BargePoolDegraded",
     "BargePoolScalingConflict",
@@ -225,6 +227,27 @@ def cases(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             ("1m", []),
             ("3m", fires("BargeLedgerErrors", {**OPERATOR, "reason": "LedgerError"}, "2")),
             ("15m", []),  # no new errors in the last 10 minutes
+        ),
+        case(
+            "BargeLedgerSpaceLow",
+            [  # 1 GiB volume filling by 32 MiB a minute; the floor is 128 MiB, so warned under 256 MiB
+                op("barge_ledger_free_bytes", "1073741824-33554432x30"),
+                op("barge_ledger_min_free_bytes", "134217728+0x30"),
+            ],
+            ("20m", []),  # 384 MiB free
+            ("26m", []),  # 192 MiB: pending (under twice the floor for less than 5 minutes)
+            ("29m", []),
+            ("30m", fires("BargeLedgerSpaceLow", OPERATOR, "64Mi")),
+        ),
+        case(
+            "BargeLedgerFull",
+            [
+                op("barge_ledger_free_bytes", "201326592 167772160 134217728 100663296 67108864 67108864 67108864"),
+                op("barge_ledger_min_free_bytes", "134217728+0x6"),
+            ],
+            ("2m", []),  # exactly at the floor is not under it
+            ("3m", []),  # pending
+            ("5m", fires("BargeLedgerFull", OPERATOR, "64Mi")),
         ),
         case(
             "BargeOperatorAbsent",
