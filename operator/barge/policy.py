@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from barge import admission_policy
+from barge import admission_policy, pool_placement
 
 from barge import limits as limits_
 from barge.limits import LedgerLimits
@@ -108,6 +108,8 @@ class Policy:
     """Image patterns (fnmatch) an InferencePool engine may run."""
     extra_flags: tuple[str, ...] = ()
     """Engine flags (`--name`) allowed in spec.engine.args.extra; none by default."""
+    placement: pool_placement.Placement = pool_placement.DEFAULT
+    """Node selectors and tolerations a pool may use (pools.nodeSelectors, pools.tolerations; pool_placement.py)."""
     max_payload_bytes: int = 10 * 1024 * 1024
     """Largest claim-check payload a worker reads (payloadUrl)."""
     admission: admission_policy.AdmissionPolicy = admission_policy.DEFAULT
@@ -320,6 +322,13 @@ def check_extra_flags(policy: Policy, flags: Iterable[str]) -> None:
             raise Refused("ImagePolicy", f"engine flag {name!r} is not allowed (allowed: {allowed})")
 
 
+def check_placement(policy: Policy, node_selector: Mapping[str, str], tolerations: Iterable[Mapping[str, Any]]) -> None:
+    """A pool's nodeSelector and extra tolerations against pools.nodeSelectors / pools.tolerations."""
+    why = pool_placement.refusal(policy.placement, node_selector, tolerations)
+    if why:
+        raise Refused("PlacementPolicy", why)
+
+
 # --- the admin's file ------------------------------------------------------------------------------------------
 def _strings(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
@@ -373,6 +382,7 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Pol
         endpoints=tuple(allow),
         images=_strings(pools.get("images"), "pools.images") or DEFAULT_IMAGES,
         extra_flags=_strings(pools.get("extraFlags"), "pools.extraFlags"),
+        placement=pool_placement.parse(pools),
         max_payload_bytes=int(workers.get("maxPayloadBytes", Policy.max_payload_bytes)),
         admission=admission_policy.parse(data.get("admission")),
         ledger=limits_.parse(data.get("ledger")),

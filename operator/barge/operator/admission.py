@@ -29,6 +29,7 @@ from barge.policy import (
     check_endpoint,
     check_extra_flags,
     check_image,
+    check_placement,
     check_retention,
     check_storage,
     endpoint_host,
@@ -129,6 +130,7 @@ async def admit_pool(kube: Kube, policy: Policy, pool: InferencePool) -> WorkerT
     if pool.spec.engine is not None:
         check_image(policy, pool.spec.engine.image)
         check_extra_flags(policy, pool.spec.engine.args.extra)
+        check_placement(policy, pool.spec.engine.node_selector, pool.spec.engine.tolerations)
         mounted.append(pool.spec.engine.hf_token_secret_ref)
     if pool.spec.provider is not None:
         await check_base_url(policy, pool.spec.provider.type, pool.spec.provider.base_url)
