@@ -66,12 +66,13 @@ class AddressCheck:
 
 
 async def resolve_checked(host: str, port: int, allowed: Allowed, family: int = 0) -> list[tuple[Any, ...]]:
-    """getaddrinfo's answers for host:port, every address allowed; `Blocked` if one is not (or there is none)."""
+    """getaddrinfo's answers for host:port, every address allowed; `Blocked` if one is not (or there is none), a
+    plain OSError if the name does not resolve."""
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise Blocked(f"cannot resolve {host}: {exc}") from exc
+    except OSError as exc:  # not a refusal: a name that does not resolve now may later (a transient failure)
+        raise OSError(exc.errno, f"cannot resolve {host}: {exc}") from exc
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     refused = [a for a in addresses if not allowed(host, a)]
     if refused or not addresses:

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from barge import admission_policy, pool_placement
 
@@ -155,12 +155,27 @@ def normalise(url: str) -> str:
         netloc = ""
     if parts.query or parts.fragment or "@" in netloc:
         raise Refused("StoragePolicy", f"storage URLs take no query, fragment or user: {url!r}")
+    if scheme in ("http", "https"):
+        path = _as_served(url, path)
     segments = path.split("/")
     if ".." in segments or "." in segments or "\\" in path or "\x00" in path:
         raise Refused("StoragePolicy", f"'..', '.' and backslashes are not allowed in {url!r}")
     if scheme != "file" and not netloc:
         raise Refused("StoragePolicy", f"{url!r} names no bucket or host")
     return f"{scheme}://{netloc.lower() if scheme in ('http', 'https') else netloc}{posixpath.normpath(path or '/')}"
+
+
+def _as_served(url: str, path: str) -> str:
+    """An http(s) path as a server resolves it: escapes decoded (aiohttp and most servers decode `%2e` before they
+    remove dot segments), so `..` is refused whatever its spelling. An encoded `/`, `\\` or NUL, and an escape
+    left after decoding (decoded twice by some servers), are refused outright; storage sends the decoded form
+    encoded again."""
+    if re.search(r"%(2f|5c|00)", path, re.IGNORECASE):
+        raise Refused("StoragePolicy", f"an encoded '/', '\\' or NUL is not allowed in {url!r}")
+    decoded = unquote(path)
+    if re.search(r"%[0-9a-fA-F]{2}", decoded):
+        raise Refused("StoragePolicy", f"a doubly encoded escape is not allowed in {url!r}")
+    return decoded
 
 
 def check_storage(url: str, prefixes: Iterable[str]) -> None:

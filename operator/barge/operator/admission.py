@@ -19,12 +19,12 @@ from barge.api.batchjob import LLMBatchJobSpec
 from barge.api.common import LocalObjectRef
 from barge.api.pool import InferencePool
 from barge.k8s.workers import WorkerTenancy
+from barge.netguard import AddressCheck
 from barge.operator.cache import TTL_SECONDS, TTLCache
 from barge.operator.kube import Kube, NotFound
 from barge.policy import (
     Policy,
     Refused,
-    address_allowed,
     check_credentials,
     check_endpoint,
     check_extra_flags,
@@ -48,8 +48,9 @@ class Admission:
 
 
 def guard(policy: Policy) -> Callable[[str, str], bool]:
-    """The connect-time check handed to provider clients: may a connection to host go to this address?"""
-    return lambda host, address: address_allowed(policy, host, address)
+    """The connect-time check handed to provider clients: may a connection to host go to this address? (The same
+    check storage connections make: barge.netguard.)"""
+    return AddressCheck(policy)
 
 
 def resolve(host: str) -> list[str]:
@@ -94,7 +95,7 @@ async def _storage(
     check_storage(url, prefixes)
     check_credentials(policy, url, ref is not None)
     if ref is None:
-        return StoragePolicy(prefixes=prefixes)
+        return StoragePolicy(prefixes=prefixes, addresses=AddressCheck(policy))
     secret = await kube.secret_data(namespace, ref.name)
     try:
         options = credential_options(urlsplit(url).scheme.lower(), secret)
@@ -102,7 +103,7 @@ async def _storage(
         raise Refused("CredentialPolicy", f"Secret {ref.name!r}: {exc}") from None
     for endpoint in credential_endpoints(options):  # an endpoint in a Secret is an SSRF target like a baseURL
         await check_base_url(policy, "storage", endpoint)
-    return StoragePolicy(prefixes=prefixes, options=options)
+    return StoragePolicy(prefixes=prefixes, options=options, addresses=AddressCheck(policy))
 
 
 async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpec) -> Admission:
@@ -117,7 +118,7 @@ async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpe
             kube, policy, namespace, prefixes, spec.input.url, spec.input.credentials_secret_ref
         )
     else:
-        input_storage = StoragePolicy(prefixes=prefixes)
+        input_storage = StoragePolicy(prefixes=prefixes, addresses=AddressCheck(policy))
     output = await _storage(kube, policy, namespace, prefixes, spec.output.url, spec.output.credentials_secret_ref)
     return Admission(team, input_storage, output)
 

@@ -1,41 +1,61 @@
 """Input and output through fsspec (file, s3, az, gs, http), streamed, with path safety.
 
 Why here and nowhere else: every byte Barge reads from or writes to a user's storage passes through these
-functions, so the safety rules (the tenant's storage prefixes from barge.policy for every scheme, checked
-again after symlinks are resolved; no `..` escapes; no link-local or metadata addresses over http; the
-`.partial` file of a local write created fresh, never through a planted link) are enforced in one place.
+functions, so the safety rules are enforced in one place, at the moment of use (REVIEW-3 H1-H3, L2):
+- the tenant's storage prefixes from barge.policy for every scheme, http(s) paths percent-decoded before the
+  check and sent exactly as checked (re-encoded), so `%2e%2e` cannot climb out of a prefix on the server;
+- file:// under a prefix opened relative to the prefix's directory handle, no link followed (storage/local.py);
+- http(s) and s3 endpoints connected only to addresses the connect-time check allows (barge.netguard: the endpoint
+  policy in operator mode, never a metadata or link-local address otherwise), no redirect followed, no proxy
+  from the environment, a whole-body read capped at 16 MiB (streamed reads are bounded per line);
+- what a credentials Secret may name (storage/credentials.py).
+Without prefixes (local runs) a path is the user's own: links are followed and the SDKs keep their defaults.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
-import json
 import os
 import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from barge.policy import Refused, check_storage
+from barge.netguard import MAX_ANSWER, AddressCheck, Allowed, Blocked, GuardedResolver, SessionFactory
+from barge.policy import Refused, check_storage, normalise
+from barge.storage import local
+from barge.storage.credentials import credential_endpoints, credential_options
+from barge.storage.errors import StorageError, StorageRefused
+
+__all__ = [
+    "BOM",
+    "MAX_LINE_BYTES",
+    "WRITE_BUFFER",
+    "OversizeLine",
+    "StorageError",
+    "StoragePolicy",
+    "StorageRefused",
+    "bounded_lines",
+    "credential_endpoints",
+    "credential_options",
+    "join",
+    "locate",
+    "read_lines",
+    "read_text",
+    "write_lines",
+]
 
 BOM = b"\xef\xbb\xbf"
 REMOTE_SCHEMES = {"s3": "s3", "az": "az", "abfs": "abfs", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "https"}
 #: Longest input line read; a longer one becomes an invalid item (a request over 1 MiB is refused anyway).
 MAX_LINE_BYTES = 4 * 1024 * 1024
 METADATA_HOSTS = {"metadata.google.internal", "metadata", "instance-data"}
-
-
-class StorageError(Exception):
-    """A location Barge will not or cannot use; the message says which and why."""
-
-
-class StorageRefused(StorageError):
-    """A location the policy forbids or an object over its size limit: the request's fault, never worth retrying."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,9 @@ class StoragePolicy:
     prefixes: tuple[str, ...] | None = None
     """None: no tenancy (local runs). Otherwise every URL must lie under one of these (the tenant's storage
     prefixes, placeholders expanded), file:// URLs also after symlinks are resolved."""
+    addresses: Allowed | None = None
+    """With prefixes: the connect-time check of http(s) and s3 endpoint addresses (`AddressCheck(policy)`, the
+    admin's endpoint policy, in operator mode); None: `AddressCheck()`, never a metadata or link-local address."""
 
 
 def _checked(url: str, policy: StoragePolicy) -> None:
@@ -81,13 +104,47 @@ def _local(path_text: str, policy: StoragePolicy) -> Path:
         if policy.allowed_roots is not None:
             raise StorageError(f"relative path {path_text!r} is not allowed here; use file:// under an allowed root")
         path = (policy.base_dir or Path.cwd()) / path
-    resolved = Path(os.path.realpath(path))  # follows symlinks: a link cannot smuggle a path out of a root
+    try:
+        resolved = Path(os.path.realpath(path))  # follows symlinks: a link cannot smuggle a path out of a root
+    except OSError as exc:  # a link loop, or a folder swapped meanwhile
+        raise StorageError(f"cannot resolve {path_text!r}: {exc.strerror}") from None
     if policy.allowed_roots is not None and not any(
         resolved == root.resolve() or resolved.is_relative_to(root.resolve()) for root in policy.allowed_roots
     ):
         roots = ", ".join(str(r) for r in policy.allowed_roots) or "(none configured)"
         raise StorageError(f"{path_text!r} resolves outside the allowed file roots: {roots}")
     return resolved
+
+
+#: Characters of an http(s) path sent as they are (RFC 3986 pchar and "/"); everything else is percent-encoded.
+PATH_SAFE = "/:@!$&'()*+,;=~"
+
+
+def _as_checked(url: str) -> str:
+    """An http(s) URL as the prefix check saw it (decoded, dot segments refused), encoded again: what is sent."""
+    try:
+        scheme, rest = normalise(url).split("://", 1)
+    except Refused as exc:
+        raise StorageRefused(str(exc)) from None
+    netloc, _, path = rest.partition("/")
+    return f"{scheme}://{netloc}{quote('/' + path, safe=PATH_SAFE)}"
+
+
+def _check(policy: StoragePolicy) -> Allowed:
+    return policy.addresses or AddressCheck()
+
+
+def _s3_options(opts: dict[str, Any], policy: StoragePolicy) -> dict[str, Any]:
+    """s3fs options whose connections (aiobotocore's aiohttp) pass the connect-time check."""
+    check = _check(policy)
+    endpoint = str((opts.get("client_kwargs") or {}).get("endpoint_url") or "")
+    host = urlparse(endpoint).hostname or ""
+    with contextlib.suppress(ValueError):  # a literal address is connected to without a lookup: check it now
+        if not check(host, str(ipaddress.ip_address(host))):
+            raise StorageRefused(f"endpoint policy: the s3 endpoint {endpoint} is an address the policy refuses")
+    config = dict(opts.get("config_kwargs") or {})
+    config["connector_args"] = {**(config.get("connector_args") or {}), "resolver": GuardedResolver(check)}
+    return {**opts, "config_kwargs": config}
 
 
 def locate(url: str, policy: StoragePolicy) -> tuple[Any, str]:
@@ -110,15 +167,72 @@ def locate(url: str, policy: StoragePolicy) -> tuple[Any, str]:
     protocol = REMOTE_SCHEMES[scheme]
     if ".." in parsed.path.split("/"):
         raise StorageError(f"'..' is not allowed in {url!r}")
+    opts = dict(policy.options.get(protocol, {}))
     if protocol in ("http", "https"):
-        _check_http_host(parsed.hostname or "")
-        return fsspec.filesystem(protocol, **policy.options.get(protocol, {})), url
+        if policy.prefixes is None:  # a local run: the user's own URL, the SDK's defaults
+            _check_http_host(parsed.hostname or "")
+            return fsspec.filesystem(protocol, **opts), url
+        if (parsed.hostname or "").lower().rstrip(".") in METADATA_HOSTS:
+            raise StorageRefused(f"refusing http(s) storage on metadata host {parsed.hostname!r}")
+        # One streamed GET (block_size=0) of exactly the checked URL (encoded=True: yarl must not decode it again),
+        # through a session that checks every address, follows no redirect and reads no proxy from the environment.
+        guarded = {"get_client": SessionFactory(_check(policy)), "encoded": True, "block_size": 0}
+        return fsspec.filesystem(protocol, **opts, **guarded, allow_redirects=False), _as_checked(url)
+    if protocol == "s3" and policy.prefixes is not None:
+        opts = _s3_options(opts, policy)
     try:
-        fs = fsspec.filesystem(protocol, **policy.options.get(protocol, {}))
+        fs = fsspec.filesystem(protocol, **opts)
     except ImportError as exc:
         extra = " (pip install 'barge-operator[gcs]')" if protocol == "gcs" else ""
         raise StorageError(f"no filesystem for {scheme}:// is installed{extra}: {exc}") from exc
     return fs, f"{parsed.netloc}{parsed.path}"
+
+
+def _beneath(fs: Any, path: str, policy: StoragePolicy) -> local.Beneath | None:
+    """A local path under a tenant's prefix as (prefix folder, names): opened with no link followed."""
+    if policy.prefixes is None or not isinstance(fs, LocalFileSystem):
+        return None
+    roots = [n[len("file://") :] for n in map(normalise, policy.prefixes) if n.startswith("file://")]
+    where = local.beneath(path, roots)
+    if where is None:
+        raise StorageRefused(f"{path} is outside this tenant's storage prefixes")
+    return where
+
+
+def _blocked(exc: BaseException) -> Blocked | None:
+    """The guard's refusal behind an error (fsspec reports a refused HEAD as FileNotFoundError)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, Blocked):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+@contextlib.contextmanager
+def _errors(url: str, missing: str, doing: str = "open") -> Iterator[None]:
+    """The SDKs' errors as storage errors: a refusal of the connect-time check (however an SDK wraps it: botocore
+    as EndpointConnectionError, fsspec as FileNotFoundError) is StorageRefused, never retried."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as exc:
+        refused = _blocked(exc)
+        if refused is not None:
+            raise StorageRefused(f"cannot {doing} {url}: {refused.strerror}") from exc
+        if isinstance(exc, FileNotFoundError):
+            raise StorageError(f"{missing}: {url}") from exc
+        if isinstance(exc, OSError):
+            raise StorageError(f"cannot {doing} {url}: {exc.strerror or exc}") from exc
+        raise
+
+
+def _open_read(url: str, policy: StoragePolicy, missing: str) -> Any:
+    fs, path = locate(url, policy)
+    with _errors(url, missing):
+        where = _beneath(fs, path, policy)
+        return local.open_read(where) if where is not None else fs.open(path, "rb")
 
 
 def read_lines(url: str, policy: StoragePolicy, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
@@ -126,14 +240,7 @@ def read_lines(url: str, policy: StoragePolicy, max_line: int = MAX_LINE_BYTES) 
 
     Blank lines are yielded too (as b""): every line of the input must end in a visible state.
     """
-    fs, path = locate(url, policy)
-    try:
-        handle = fs.open(path, "rb")
-    except FileNotFoundError as exc:
-        raise StorageError(f"input not found: {url}") from exc
-    except OSError as exc:
-        raise StorageError(f"cannot open {url}: {exc}") from exc
-    with handle:
+    with _open_read(url, policy, "input not found") as handle:
         for number, line in enumerate(bounded_lines(handle, max_line), start=1):
             if number == 1 and line.startswith(BOM):
                 line = line[len(BOM) :]
@@ -192,90 +299,39 @@ WRITE_BUFFER = 1 << 20
 
 
 def write_lines(url: str, lines: Iterable[bytes], policy: StoragePolicy) -> int:
-    """Write one object/file from lines (streamed); returns how many were written."""
+    """Write one object/file from lines (streamed); returns how many were written. A local file appears whole or
+    not at all (written to `<name>.partial`, renamed over it), created fresh, never through a planted link."""
     fs, path = locate(url, policy)
-    local = isinstance(fs, LocalFileSystem)
-    if local:
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     count = 0
-    if not local:
-        with fs.open(path, "wb") as out:
+    if not isinstance(fs, LocalFileSystem):
+        with _errors(url, "cannot write", "write"), fs.open(path, "wb") as out:
             for line in lines:
                 out.write(line + b"\n")
                 count += 1
         return count
-    tmp = path + ".partial"
-    _checked("file://" + tmp, policy)
-    if os.path.lexists(tmp):
-        os.unlink(tmp)  # removes a planted link itself, never what it points to
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    with os.fdopen(fd, "wb", buffering=WRITE_BUFFER) as out:
-        for line in lines:
-            out.write(line + b"\n")
-            count += 1
-    os.replace(tmp, path)  # local writes appear whole or not at all; replaces a link at `path`, not its target
-    return count
+    _checked("file://" + path + ".partial", policy)
+    where = _beneath(fs, path, policy)
+    if where is None:  # a local run: the user's own folder
+        folder, _, name = path.rpartition("/")
+        where = local.Beneath(folder or "/", (name,))
+        fs.makedirs(where.root, exist_ok=True)
+    try:
+        return local.write_whole(where, lines, WRITE_BUFFER)
+    except FileNotFoundError as exc:
+        raise StorageError(f"cannot write {url}: {exc.strerror}") from exc
 
 
 def read_text(url: str, policy: StoragePolicy, limit: int | None = None) -> str:
-    """A whole small object as text; more than `limit` bytes is an error (and no more than that is read)."""
-    fs, path = locate(url, policy)
-    if limit is not None and os.path.exists(path) and isinstance(fs, LocalFileSystem) and not os.path.isfile(path):
-        raise StorageRefused(f"{url} is not a regular file")
-    try:
-        with fs.open(path, "rb") as handle:
-            data = bytes(handle.read(limit + 1) if limit is not None else handle.read())
-    except FileNotFoundError as exc:
-        raise StorageError(f"not found: {url}") from exc
-    if limit is not None and len(data) > limit:
+    """A whole small object as text; more than `limit` bytes (default and at most the 16 MiB answer cap) is an
+    error, and no more than that is read."""
+    limit = MAX_ANSWER if limit is None else min(limit, MAX_ANSWER)
+    data = bytearray()
+    with _open_read(url, policy, "not found") as handle:
+        while len(data) <= limit:
+            chunk = handle.read(min(1 << 20, limit + 1 - len(data)))  # a streamed read may return less: loop
+            if not chunk:
+                break
+            data += chunk
+    if len(data) > limit:
         raise StorageRefused(f"{url} is larger than the {limit}-byte limit")
     return data.decode()
-
-
-def credential_endpoints(options: dict[str, dict[str, Any]]) -> list[str]:
-    """Every non-default endpoint URL that storage options would connect to (checked like a provider baseURL):
-    an s3 `endpoint_url`, an az connection string's `BlobEndpoint`/`DfsEndpoint`."""
-    found: set[str] = set()
-    for opts in options.values():
-        endpoint = (opts.get("client_kwargs") or {}).get("endpoint_url")
-        if endpoint:
-            found.add(str(endpoint))
-        for part in str(opts.get("connection_string") or "").split(";"):
-            key, _, value = part.partition("=")
-            if key.strip().lower() in ("blobendpoint", "dfsendpoint", "queueendpoint", "tableendpoint") and value:
-                found.add(value.strip())
-    return sorted(found)
-
-
-def credential_options(scheme: str, secret: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """fsspec options for one storage scheme from a credentials Secret's keys (see the README for the keys)."""
-    scheme = {"abfs": "az", "gcs": "gs"}.get(scheme, scheme)
-    if scheme == "s3":
-        opts: dict[str, Any] = {"key": secret.get("aws_access_key_id"), "secret": secret.get("aws_secret_access_key")}
-        if not opts["key"] or not opts["secret"]:
-            raise StorageError("an s3 credentials Secret needs aws_access_key_id and aws_secret_access_key")
-        if secret.get("aws_session_token"):
-            opts["token"] = secret["aws_session_token"]
-        client: dict[str, str] = {}
-        if secret.get("endpoint_url"):
-            client["endpoint_url"] = secret["endpoint_url"]
-        if secret.get("region"):
-            client["region_name"] = secret["region"]
-        if client:
-            opts["client_kwargs"] = client
-        return {"s3": opts}
-    if scheme == "az":
-        keys = ("account_name", "account_key", "sas_token", "connection_string")
-        az = {k: secret[k] for k in keys if secret.get(k)}
-        if not az.get("connection_string") and not (
-            az.get("account_name") and (az.get("account_key") or az.get("sas_token"))
-        ):
-            raise StorageError(
-                "an az credentials Secret needs connection_string, or account_name with account_key or sas_token"
-            )
-        return {"az": dict(az), "abfs": dict(az)}
-    if scheme == "gs":
-        if not secret.get("service_account.json"):
-            raise StorageError("a gs credentials Secret needs service_account.json")
-        return {"gcs": {"token": json.loads(secret["service_account.json"])}}
-    return {}
