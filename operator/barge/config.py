@@ -6,7 +6,7 @@ import hashlib
 import os
 import secrets
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -49,7 +49,8 @@ class OperatorConfig:
     ledger_url: str = "/var/lib/barge/ledger.db"
     """SQLite path or postgresql:// URL of the ledger (BARGE_LEDGER_URL)."""
     allowed_file_roots: tuple[Path, ...] = ()
-    """Where file:// inputs and outputs may point (BARGE_ALLOWED_FILE_ROOTS, colon-separated); none by default."""
+    """Roots file:// inputs and outputs may use, added to every tenant's storage prefixes (BARGE_ALLOWED_FILE_ROOTS,
+    colon-separated; each with {tenant} or {namespace}, unless BARGE_SHARED_FILE_ROOTS=true); none by default."""
     poll_seconds: float = 30.0
     """Seconds between reconcile steps of a running job (BARGE_POLL_SECONDS), with +-20% jitter."""
     min_batch_window: float = 3600.0
@@ -128,7 +129,14 @@ class OperatorConfig:
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "policy" not in overrides or overrides["policy"] is None:
-            values["policy"] = load_policy(env.get("BARGE_POLICY_FILE"), env.get("BARGE_ALLOWED_FILE_ROOTS", ""))
+            policy = load_policy(
+                env.get("BARGE_POLICY_FILE"),
+                env.get("BARGE_ALLOWED_FILE_ROOTS", ""),
+                shared_file_roots=_flag(env.get("BARGE_SHARED_FILE_ROOTS", "")),
+            )
+            if _flag(env.get("BARGE_REQUIRE_TENANT_LABEL", "")):  # the chart sets it for new installs (M3)
+                policy = replace(policy, require_tenant_label=True)
+            values["policy"] = policy
         config = cls(**values)  # type: ignore[arg-type]
         if config.poll_seconds <= 0:
             raise ValueError("poll seconds must be positive")
@@ -141,9 +149,14 @@ class OperatorConfig:
         return config
 
 
-def load_policy(path: str | None, file_roots: str = "") -> Policy:
-    """The admin's policy file (YAML) plus the legacy file roots; a broken file stops the operator at start-up."""
+def _flag(text: str) -> bool:
+    return text.strip().lower() in ("true", "1", "yes")
+
+
+def load_policy(path: str | None, file_roots: str = "", *, shared_file_roots: bool = False) -> Policy:
+    """The admin's policy file (YAML) plus the legacy file roots (each with {tenant} or {namespace}, unless
+    BARGE_SHARED_FILE_ROOTS says one team uses this operator); a broken file stops the operator at start-up."""
     data = yaml.safe_load(Path(path).read_text()) if path else None
     if data is not None and not isinstance(data, dict):
         raise ValueError(f"policy file {path}: expected a mapping at the top")
-    return parse(data, [r for r in file_roots.split(":") if r])
+    return parse(data, [r for r in file_roots.split(":") if r], shared_file_roots)

@@ -8,8 +8,10 @@ any byte is read or sent.
 
 | question                                  | answer                                                          |
 | ----------------------------------------- | --------------------------------------------------------------- |
-| which tenant is this namespace?           | label barge.dev/tenant, else the namespace name; spec.tenant    |
-|                                           | may only repeat it (TenantPolicy)                                |
+| which tenant is this namespace?           | label barge.dev/tenant, else the namespace name (refused when    |
+|                                           | tenancy.requireLabel); spec.tenant may only repeat it            |
+|                                           | (TenantPolicy)                                                   |
+| may this ConfigMap be read as input?      | only with label barge.dev/input: "true" (InputPolicy)            |
 | may this URL be read or written?          | only under a storage prefix of the tenant, {namespace}/{tenant}  |
 |                                           | expanded; file, s3, az, gs, http(s) alike; no `..` (StoragePolicy)|
 | may object storage use the operator's     | only if ambientCredentials is true; otherwise the job brings     |
@@ -39,12 +41,13 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from barge import admission_policy, pool_placement
-
 from barge import limits as limits_
 from barge.limits import LedgerLimits
 
 TENANT_LABEL = "barge.dev/tenant"
 CREDENTIAL_LABEL = "barge.dev/credential"
+#: A ConfigMap named by input.configMapRef must carry this label set to "true" (REVIEW-3 L4).
+INPUT_LABEL = "barge.dev/input"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 #: Canonical scheme of every storage URL form Barge accepts (`abfs` is fsspec's name for az, `gcs` for gs).
 SCHEMES = {
@@ -114,6 +117,9 @@ class Policy:
     """Largest claim-check payload a worker reads (payloadUrl)."""
     admission: admission_policy.AdmissionPolicy = admission_policy.DEFAULT
     """Shared deployments' quotas and the priority bounds between tenants (barge/admission_policy.py)."""
+    require_tenant_label: bool = False
+    """A namespace without the label barge.dev/tenant is refused (TenantPolicy) instead of being the tenant of its
+    own name (policy tenancy.requireLabel; BARGE_REQUIRE_TENANT_LABEL, which the chart sets for new installs)."""
     ledger: LedgerLimits = field(default_factory=LedgerLimits)
     """What one job and one tenant may hold in the shared ledger (policy section `ledger`, barge/limits.py)."""
 
@@ -124,9 +130,20 @@ class Policy:
 
 
 # --- tenant ----------------------------------------------------------------------------------------------------
-def tenant_of(namespace: str, labels: Mapping[str, str] | None, spec_tenant: str = "") -> str:
-    """The namespace's tenant (admin-set label, else its name); spec.tenant may only repeat it."""
-    tenant = (labels or {}).get(TENANT_LABEL) or namespace
+def tenant_of(
+    namespace: str, labels: Mapping[str, str] | None, spec_tenant: str = "", *, require_label: bool = False
+) -> str:
+    """The namespace's tenant (admin-set label, else its name unless the admin requires the label); spec.tenant may
+    only repeat it. Why the label may be required: whoever may create a namespace named "finance" (HNC, Capsule, a
+    self-service portal) would otherwise be tenant finance, with its prefixes and its queue turns (REVIEW-3 M3)."""
+    labelled = (labels or {}).get(TENANT_LABEL)
+    if require_label and not labelled:
+        raise Refused(
+            "TenantPolicy",
+            f"namespace {namespace!r} has no label {TENANT_LABEL}: the admin requires it (policy "
+            "tenancy.requireLabel), so a namespace's name never makes it a tenant",
+        )
+    tenant = labelled or namespace
     if not DNS_LABEL.match(tenant):
         raise Refused("TenantPolicy", f"namespace label {TENANT_LABEL}={tenant!r} is not a DNS label")
     if spec_tenant and spec_tenant != tenant:
@@ -198,6 +215,13 @@ def check_credentials(policy: Policy, url: str, has_secret: bool) -> None:
             "CredentialPolicy",
             f"{url} needs credentialsSecretRef: the operator's own cloud credentials are not lent to jobs",
         )
+
+
+def check_input_configmap(name: str, labels: Mapping[str, str] | None) -> None:
+    """input.configMapRef reads only a ConfigMap marked as job input by someone who may write ConfigMaps: a job's
+    author who may not read the namespace's ConfigMaps must not get one rendered into prompts (REVIEW-3 L4)."""
+    if (labels or {}).get(INPUT_LABEL) != "true":
+        raise Refused("InputPolicy", f'ConfigMap {name!r} lacks the label {INPUT_LABEL}: "true"; it is not read')
 
 
 def check_secret(name: str, labels: Mapping[str, str] | None) -> None:
@@ -366,10 +390,24 @@ def _prefix(text: str, where: str) -> str:
     return text
 
 
-def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Policy:
-    """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes."""
+def _file_root(root: str, shared: bool) -> str:
+    """A BARGE_ALLOWED_FILE_ROOTS entry as a storage prefix of every tenant. Without {tenant} or {namespace} it hands
+    every tenant the whole root, whatever the chart's "roots inputs must stay under" suggested (REVIEW-3 M4): refused
+    unless the admin says so (storage.sharedFileRoots: true, for a single-team install)."""
+    if not shared and not any(p in root for p in PLACEHOLDERS):
+        raise ValueError(
+            f"BARGE_ALLOWED_FILE_ROOTS {root!r} would let every tenant read and write all of it: write {{tenant}} or "
+            f"{{namespace}} in it (e.g. {root.rstrip('/')}/{{tenant}}), or set storage.sharedFileRoots: true in the "
+            "policy if one team uses this operator"
+        )
+    return _prefix("file://" + root.rstrip("/") + "/", "BARGE_ALLOWED_FILE_ROOTS")
+
+
+def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared_file_roots: bool = False) -> Policy:
+    """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes,
+    each with {tenant} or {namespace} unless `shared_file_roots` (BARGE_SHARED_FILE_ROOTS) or sharedFileRoots."""
     data = dict(data or {})
-    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "admission", "ledger"}
+    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "admission", "ledger", "tenancy"}
     if unknown:
         raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
     storage = dict(data.get("storage") or {})
@@ -377,7 +415,8 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Pol
     pools = dict(data.get("pools") or {})
     workers = dict(data.get("workers") or {})
     prefixes = [_prefix(p, "storage.prefixes") for p in _strings(storage.get("prefixes"), "storage.prefixes")]
-    prefixes += [_prefix("file://" + r.rstrip("/") + "/", "BARGE_ALLOWED_FILE_ROOTS") for r in file_roots]
+    shared = shared_file_roots or bool(storage.get("sharedFileRoots", False))
+    prefixes += [_file_root(r, shared) for r in file_roots]
     tenants = []
     for tenant, listed in dict(storage.get("tenants") or {}).items():
         if not DNS_LABEL.match(str(tenant)):
@@ -401,4 +440,5 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = ()) -> Pol
         max_payload_bytes=int(workers.get("maxPayloadBytes", Policy.max_payload_bytes)),
         admission=admission_policy.parse(data.get("admission")),
         ledger=limits_.parse(data.get("ledger")),
+        require_tenant_label=bool(dict(data.get("tenancy") or {}).get("requireLabel", False)),
     )

@@ -44,6 +44,8 @@ def helm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Without Barge's CRDs (the chart installs them), with kube-controller-manager."""
     with own_control_plane(tmp_path_factory.mktemp("helm") / "cluster", controllers=True, barge_crds=False) as cluster:
         cluster.run_kubectl("create", "namespace", TEAM)
+        # the chart requires the admin's tenant label on every namespace that runs jobs (requireTenantLabel, M3)
+        cluster.run_kubectl("label", "namespace", TEAM, f"barge.dev/tenant={TEAM}")
         yield cluster
 
 
@@ -73,6 +75,7 @@ def values_file(workdir: Path, vllm: EmulatorThread, **overrides: Any) -> Path:
         "operator": {
             "pollSeconds": 0.5,
             "allowedFileRoots": [str(workdir)],
+            "sharedFileRoots": True,  # one team's workdir for every file this test writes (M4)
             "poolEndpointTemplate": f"{vllm.url}/v1",
         },
         **overrides,

@@ -151,6 +151,8 @@ def test_defaults_render_the_operator_with_a_sqlite_ledger_on_a_kept_pvc(helm: P
         "BARGE_ADMISSION_BACKOFF_SECONDS": "60",
         "BARGE_DELETE_PROVIDER_COPIES": "true",
         "BARGE_OUTPUT_EXPIRES_AFTER_DAYS": "14",
+        "BARGE_SHARED_FILE_ROOTS": "false",  # a file root must name {tenant} or {namespace} (M4)
+        "BARGE_REQUIRE_TENANT_LABEL": "true",  # new installs: no tenant by namespace name (M3)
         "BARGE_PROMETHEUS_URL": "http://prometheus-operated.monitoring.svc:9090",
         "BARGE_POOL_ENDPOINT_TEMPLATE": "http://{name}.{namespace}.svc:8000/v1",
         "BARGE_WORKER_IMAGE": "ghcr.io/barge-dev/barge:0.1.0",
@@ -283,7 +285,7 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
             "image": {"digest": digest},
             "operator": {
                 "pollSeconds": 5,
-                "allowedFileRoots": ["/data/in", "/data/out"],
+                "allowedFileRoots": ["/data/in/{tenant}", "/data/out/{tenant}"],
                 "prices": "version: x\nmodels: {}\n",
                 "workerImage": "registry.local/worker:1",
                 "retention": {"deleteProviderCopies": False, "outputExpiresAfterDays": 30},
@@ -302,7 +304,7 @@ def test_operator_settings_image_digest_prices_and_pod_placement(helm: Path, tmp
     assert c["image"] == f"ghcr.io/barge-dev/barge@{digest}"
     e = env(docs)
     assert e["BARGE_POLL_SECONDS"] == "5"
-    assert e["BARGE_ALLOWED_FILE_ROOTS"] == "/data/in:/data/out"
+    assert e["BARGE_ALLOWED_FILE_ROOTS"] == "/data/in/{tenant}:/data/out/{tenant}"
     assert e["BARGE_PRICES"] == "/etc/barge/config/prices.yaml"
     assert "BARGE_POLICY_FILE" not in e
     assert e["BARGE_WORKER_IMAGE"] == "registry.local/worker:1"

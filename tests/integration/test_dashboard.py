@@ -184,6 +184,7 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
                 "KUBECONFIG": str(cluster.kubeconfig),
                 "BARGE_LEDGER_URL": str(workdir / "ledger.db"),
                 "BARGE_ALLOWED_FILE_ROOTS": str(workdir),
+                "BARGE_SHARED_FILE_ROOTS": "true",  # one workdir for every namespace of this test (M4)
                 "BARGE_POLICY_FILE": str(policy),
                 "BARGE_POLL_SECONDS": "0.5",
                 "BARGE_MIN_BATCH_WINDOW": "0",

@@ -95,8 +95,11 @@ def test_storage_prefixes(url: str, namespace: str, tenant: str, expected: str) 
 
 def test_no_policy_file_means_no_storage_and_roots_keep_their_placeholders() -> None:
     assert verdict(lambda: p.check_storage("file:///tmp/x", p.Policy().prefixes_for("a", "a"))) == "StoragePolicy"
-    legacy = load_policy(None, "/srv/barge/{namespace}:/shared")
-    assert legacy.prefixes_for("team-a", "team-a") == ("file:///srv/barge/team-a/", "file:///shared/")
+    legacy = load_policy(None, "/srv/barge/{namespace}:/data/{tenant}")
+    assert legacy.prefixes_for("team-a", "t") == ("file:///srv/barge/team-a/", "file:///data/t/")
+    # a root without a placeholder is every tenant's whole root: only when the admin says it is shared (M4)
+    shared = load_policy(None, "/srv/barge/{namespace}:/shared", shared_file_roots=True)
+    assert shared.prefixes_for("team-a", "team-a") == ("file:///srv/barge/team-a/", "file:///shared/")
 
 
 @pytest.mark.parametrize(

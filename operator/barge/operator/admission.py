@@ -85,8 +85,9 @@ async def check_base_url(policy: Policy, provider: str, base_url: str) -> None:
     check_endpoint(policy, provider, base_url, known)
 
 
-async def tenant(kube: Kube, namespace: str, spec_tenant: str = "") -> str:
-    return tenant_of(namespace, await kube.namespace_labels(namespace), spec_tenant)
+async def tenant(kube: Kube, namespace: str, spec_tenant: str = "", policy: Policy | None = None) -> str:
+    labels = await kube.namespace_labels(namespace)
+    return tenant_of(namespace, labels, spec_tenant, require_label=policy is not None and policy.require_tenant_label)
 
 
 async def _storage(
@@ -108,7 +109,7 @@ async def _storage(
 
 async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpec) -> Admission:
     """The job's tenant and storage, or `Refused` naming the first policy it breaks."""
-    team = await tenant(kube, namespace, spec.tenant)
+    team = await tenant(kube, namespace, spec.tenant, policy)
     check_retention(policy, spec.retention.keep_payloads_for, spec.retention.keep_outputs_for)
     prefixes = policy.prefixes_for(namespace, team)
     if spec.provider.type != "pool":
@@ -126,7 +127,7 @@ async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpe
 async def admit_pool(kube: Kube, policy: Policy, pool: InferencePool) -> WorkerTenancy:
     """An InferencePool's image, flags, endpoint and Secrets against the policy; what its workers may use."""
     namespace = str(pool.metadata["namespace"])
-    team = await tenant(kube, namespace)
+    team = await tenant(kube, namespace, policy=policy)
     mounted = []  # Secrets only pods read (as env): a missing one makes the pod wait, as Kubernetes does
     if pool.spec.engine is not None:
         check_image(policy, pool.spec.engine.image)

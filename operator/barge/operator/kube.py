@@ -16,7 +16,7 @@ from urllib.parse import quote
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from barge.policy import Refused, check_secret
+from barge.policy import Refused, check_input_configmap, check_secret
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -96,6 +96,7 @@ class Kube:
             if exc.status == 404:
                 raise NotFound(f"ConfigMap {name!r} not found in namespace {namespace!r}") from None
             raise
+        check_input_configmap(name, cm.metadata.labels)  # before its data is looked at (InputPolicy)
         data = cm.data or {}
         if key not in data:
             raise NotFound(f"ConfigMap {name!r} has no key {key!r}")
