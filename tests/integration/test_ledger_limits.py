@@ -197,3 +197,22 @@ def test_a_purged_jobs_counts_are_folded_and_its_rows_gone(ledger_url: str) -> N
     folded = lifetime.counted_elsewhere(ledger)
     assert sorted(folded["items"]) == [("a", MODEL, "invalid", 5), ("a", MODEL, "pending", 30)]
     assert folded["batch"] == [("a", MODEL, 300, 60, 0, 0)]
+
+
+def test_barge_ledger_purge_removes_deleted_jobs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from barge.cli.main import app
+
+    url = str(tmp_path / "ledger.db")
+    ledger = Ledger(url)
+    plan(ledger, "a/old/1", "a", valid(20), LedgerLimits())
+    plan(ledger, "a/kept/1", "a", valid(20), LedgerLimits())
+    lifetime.forget_job(ledger, "a/old/1", now=1.0)  # deleted long ago
+    lifetime.forget_job(ledger, "a/kept/1")  # deleted just now
+    ledger.close()
+    out = CliRunner().invoke(app, ["ledger", "purge", "--ledger", url, "--deleted-older-than", "7d"])
+    assert out.exit_code == 0, out.output
+    assert "removed 1 deleted jobs" in out.output
+    ledger = Ledger(url)
+    assert (items(ledger, "a/old/1"), items(ledger, "a/kept/1")) == (0, 20)

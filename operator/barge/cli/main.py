@@ -197,19 +197,31 @@ def ledger_purge(
     ledger: Annotated[
         str, typer.Option(help="Ledger: a SQLite path or postgresql:// URL.", envvar="BARGE_LEDGER_URL")
     ] = ".barge/ledger.db",
+    deleted_older_than: Annotated[
+        str,
+        typer.Option(help="Remove every row of the jobs deleted longer ago than this (the policy's default: 7d)."),
+    ] = "7d",
 ) -> None:
     """Drop rendered prompts and model outputs from the ledger: of jobs that ended before --older-than, and of any
-    job past its spec.retention keep times. The audit rows (ids, states, usage, cost, batches) stay."""
+    job past its spec.retention keep times. The audit rows (ids, states, usage, cost, batches) stay, except those of
+    jobs deleted before --deleted-older-than, which go whole (their counts stay in per-tenant totals)."""
     from barge.ledger import Ledger, lifetime
 
     try:
         age = lifetime.seconds(older_than)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--older-than") from None
+    try:
+        deleted_age = lifetime.seconds(deleted_older_than)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--deleted-older-than") from None
     now = time.time()
     db = Ledger(ledger)
     try:
         payloads, outputs = lifetime.drop_texts(db, now, finished_before=now - age)
+        purged = lifetime.purge_deleted(db, now, deleted_age)
     finally:
         db.close()
-    typer.echo(f"dropped {payloads} prompts and {outputs} outputs")
+    typer.echo(
+        f"dropped {payloads} prompts and {outputs} outputs" + (f"; removed {purged} deleted jobs" if purged else "")
+    )
