@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from barge.api.batchjob import LLMBatchJobSpec
-from barge.batch import zygote
+from barge.batch import plan_input, zygote
 from barge.batch.bounded import bound
 from barge.batch.plan import RequestFactory, admit_line, invalid_row
 from barge.batch.render import PlanError, Renderer
@@ -86,6 +86,8 @@ class PlanLimits:
     must leave room for it beside the operator itself)."""
     give_up_after: int = 3
     """Lines hitting a limit, before any line succeeded, that make the template a bad one."""
+    read_seconds: float = plan_input.READ_SECONDS
+    """Seconds a read of the input may give nothing: then the plan fails and frees its slot (plan_input.py)."""
     listed_invalid: int = 1_000
     """Invalid lines sent back as rows (the policy's ledger.listedInvalidLines); later ones are only counted, by
     the lines the parent fed less the rows it got (batch/capacity.py), never a row each in the shared ledger."""
@@ -174,8 +176,15 @@ async def plan(
     async def feed() -> None:
         header = {"job": asdict(job), "limits": asdict(limits)}
         stdin.write(orjson.dumps(header) + b"\n")
-        source = lines()
-        while chunk := await asyncio.to_thread(_take, source):
+        reading = plan_input.InputReader(lines, _take, limits.read_seconds)  # not the loop's executor: H7
+        try:
+            await _feed(reading)
+        finally:
+            reading.close()
+        stdin.close()
+
+    async def _feed(reading: plan_input.InputReader) -> None:
+        while chunk := await reading.next():
             out = bytearray()  # one pipe write per chunk of lines (a write per line cost 4 us of the event loop)
             for number, raw in chunk:
                 if isinstance(raw, OversizeLine):  # never sent: the parent knows the answer
@@ -218,10 +227,9 @@ async def plan(
     try:
         async with asyncio.timeout(limits.wall_seconds):
             reader = asyncio.create_task(collect())
-            # The child may stop reading (a bad template, a limit): its answer or exit code says why.
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                await feed()
-            await reader
+            # The child may stop reading (a bad template, a limit): its answer or exit code says why. A ledger
+            # error while collecting stops the feeding too, and is raised (M12).
+            await plan_input.together(feed(), reader)
             await flush()
             await flush()  # the last chunk
             code = await proc.wait()

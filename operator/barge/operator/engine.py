@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from barge.batch.planner_slots import PlannerSlots
 from barge.operator.cache import Clients, ClientSpec
 from barge.operator.looplag import Lag
 from barge.providers import BatchProvider
@@ -29,16 +30,22 @@ THREADS = 2
 """Engine loops (threads). SQLite and the GIL serialise most of the work; a second loop overlaps the waits."""
 PLANNERS = 4
 """Jobs planning at once per engine loop: each runs a planner process (~30 MB, CPU-bound), and 2,000 jobs created
-at once would otherwise start 2,000 of them (the machine ran out of memory)."""
+at once would otherwise start 2,000 of them (the machine ran out of memory). The THREADS x PLANNERS slots are
+one pool for the operator, handed out fairly between tenants (batch/planner_slots.py)."""
+PLANNERS_PER_TENANT = PLANNERS
+"""Planning slots one tenant may hold at once: half of them, so one tenant's stalled inputs never hold all (H7)."""
 
 
 class EngineLoop:
-    def __init__(self, name: str, build: Callable[[ClientSpec], BatchProvider]) -> None:
+    def __init__(
+        self, name: str, build: Callable[[ClientSpec], BatchProvider], planning: PlannerSlots | None = None
+    ) -> None:
         self.name = name
         self.loop = asyncio.new_event_loop()
         self.clients = Clients(build)
-        self.planning = asyncio.Semaphore(PLANNERS)
-        """Held by a job step that plans (operator/jobs.py)."""
+        self.planning = planning or PlannerSlots(PLANNERS, PLANNERS_PER_TENANT)
+        """The operator's planning slots, shared by every loop: `planning.hold(tenant)` around a step that plans
+        (operator/jobs.py)."""
         self.lag = Lag()
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"barge-{name}", daemon=True)
@@ -103,7 +110,8 @@ class Engine:
     """THREADS engine loops; a job's work always goes to the same one."""
 
     def __init__(self, build: Callable[[ClientSpec], BatchProvider], threads: int = THREADS) -> None:
-        self.loops = [EngineLoop(f"engine-{n}", build) for n in range(threads)]
+        self.planning = PlannerSlots(threads * PLANNERS, PLANNERS_PER_TENANT)
+        self.loops = [EngineLoop(f"engine-{n}", build, self.planning) for n in range(threads)]
 
     def loop_for(self, key: str) -> EngineLoop:
         return self.loops[zlib.crc32(key.encode()) % len(self.loops)]

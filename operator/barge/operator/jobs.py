@@ -306,9 +306,10 @@ async def _step(
 
     async def step(engine: EngineLoop) -> Snapshot:
         planned = bool((ctx.ledger.job(job.key) or {}).get("planned"))
-        # A step that plans runs a planner process: at most engine.PLANNERS of them per loop.
+        # A step that plans runs a planner process: in one of the operator's planning slots, fair between
+        # tenants (batch/planner_slots.py).
         async with (
-            contextlib.nullcontext() if planned else engine.planning,
+            contextlib.nullcontext() if planned else engine.planning.hold(job.tenant),
             engine.clients.lease(target.provider) as provider,
         ):
             runner = JobRunner(

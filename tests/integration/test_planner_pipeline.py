@@ -1,0 +1,101 @@
+"""The planner pipeline under a bad input or a failing ledger (review 3: H7, M12), with the real planner server
+and process. An input that gives nothing (a FIFO nobody writes) fails the plan after `read_seconds`, without a
+thread of the event loop's default executor; a ledger write error is raised as itself at once, instead of a
+deadlock of the two pipes ended only by the wall limit as "planning took longer than"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from barge.batch import planner
+from barge.batch.render import PlanError
+from barge.ledger import Ledger
+
+SPEC = {
+    "provider": {"type": "anthropic", "model": "claude-haiku-4-5", "secretRef": {"name": "k"}},
+    "input": {"url": "unused"},
+    "output": {"url": "unused"},
+    "request": {"template": "{{ text }}", "maxTokens": 50},
+}
+WHAT = planner.PlanInput(SPEC, "2026-11-30", "acme", "claude-haiku-4-5", "anthropic")
+
+
+def executor_threads() -> int:
+    return sum(t.name.startswith("asyncio_") for t in threading.enumerate())
+
+
+def test_h7_an_input_that_gives_nothing_fails_the_plan_and_takes_no_loop_thread(tmp_path: Path) -> None:
+    fifo = tmp_path / "claims.jsonl"
+    os.mkfifo(fifo)
+
+    def lines() -> Iterator[tuple[int, bytes]]:
+        with open(fifo, "rb") as handle:  # open(2) of a FIFO nobody writes blocks
+            for n, line in enumerate(handle, start=1):
+                yield n, line.rstrip(b"\n")
+
+    ledger = Ledger(str(tmp_path / "l.db"))
+    ledger.ensure_job("acme/j/u", "h", "acme", "claude-haiku-4-5")
+    limits = planner.PlanLimits(wall_seconds=60, read_seconds=1)
+
+    async def attempts() -> list[str]:
+        out = []
+        for _ in range(3):  # every retry, as the engine re-plans
+            with pytest.raises(PlanError) as caught:
+                await planner.plan("acme/j/u", WHAT, lines, ledger, limits)
+            out.append(f"{caught.value} permanent={caught.value.permanent} loop threads={executor_threads()}")
+        return out
+
+    try:
+        said = asyncio.run(attempts())
+    finally:
+        for _ in range(3):  # let every blocked open return (the operator's FIFOs are refused before open)
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK) if _readers_waiting(fifo) else None
+            if fd is not None:
+                os.close(fd)
+    assert all("the input gave nothing for 1 s" in s and "permanent=False" in s for s in said), said
+    # the loop's default executor does not grow with the attempts (ba0610c: one more blocked thread each)
+    assert len({s.rsplit("=", 1)[1] for s in said}) == 1, said
+
+
+def _readers_waiting(fifo: Path) -> bool:
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        return True
+    except OSError:  # ENXIO: nobody has it open for reading
+        return False
+
+
+class FullLedger(Ledger):
+    """The ledger's disk fills up after the first write."""
+
+    writes = 0
+
+    def add_frames(self, job: str, frames: Any, payload_pages: Any) -> int:
+        self.writes += 1
+        if self.writes > 1:
+            raise OperationalError("INSERT", {}, Exception("database or disk is full"))
+        return super().add_frames(job, frames, payload_pages)
+
+
+def test_m12_a_ledger_error_while_planning_is_raised_not_a_wall_timeout(tmp_path: Path) -> None:
+    pad = "p" * 2000
+
+    def lines() -> Iterator[tuple[int, bytes]]:  # ~60 MB: far more than both pipes and the child's buffer hold
+        for i in range(30_000):
+            yield i + 1, json.dumps({"id": f"c{i}", "text": f"{i} {pad}"}).encode()
+
+    ledger = FullLedger(str(tmp_path / "l.db"))
+    ledger.ensure_job("acme/full/u", "h", "acme", "claude-haiku-4-5")
+    limits = planner.PlanLimits(wall_seconds=30)
+    with pytest.raises(OperationalError, match="disk is full"):
+        asyncio.run(planner.plan("acme/full/u", WHAT, lines, ledger, limits))
+    assert ledger.writes == 2
