@@ -35,12 +35,13 @@ Allowed = Callable[[str, str], bool]
 MAX_ANSWER = 16 << 20
 
 
-class Blocked(OSError):
-    """A connection the address check refused (an OSError, as a failed connection is, so every client's error
-    handling already treats it as one)."""
+class Blocked(Exception):
+    """A connection the address check refused, or a redirect refused. Not an OSError on purpose: the clients retry
+    a failed connection (azure-core for minutes), and a refusal is final; aiohttp passes it through unwrapped."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(errno.EACCES, message)
+        super().__init__(message)
+        self.strerror = message
 
 
 class AnswerTooLarge(OSError):

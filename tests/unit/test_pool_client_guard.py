@@ -133,7 +133,7 @@ async def test_a_pool_address_outside_the_cluster_ranges_is_refused(servers: lis
     """A tenant can replace the pool's Service with an ExternalName one, so the name leads wherever it says: the
     pool client refuses metadata and link-local addresses at connect time. Shown on loopback (nothing leaves the
     machine): the same client with a check that refuses 127.0.0.1 never reaches the engine."""
-    from barge.netguard import AddressCheck, guarded_session
+    from barge.netguard import AddressCheck, Blocked, guarded_session
 
     (url, engine), _ = servers
     assert not AddressCheck()("gpu.team-b.svc", "169.254.169.254")
@@ -142,7 +142,7 @@ async def test_a_pool_address_outside_the_cluster_ranges_is_refused(servers: lis
     assert AddressCheck()("gpu.team-b.svc", "10.96.12.7")
     session = guarded_session(lambda host, address: address != "127.0.0.1", refuse_redirects=False)
     try:
-        with pytest.raises(OSError, match="endpoint policy"):
+        with pytest.raises(Blocked, match="endpoint policy"):
             await session.post(f"{url}/v1/chat/completions", data=b"{}")
     finally:
         await session.close()

@@ -24,7 +24,7 @@ from typing import Any
 import httpcore2
 import httpx2
 
-from barge.netguard import MAX_ANSWER, AddressCheck, Allowed, guarded_session, resolve_checked
+from barge.netguard import MAX_ANSWER, AddressCheck, Allowed, Blocked, guarded_session, resolve_checked
 
 __all__ = ["MAX_ANSWER", "Allowed", "CappedTransport", "GuardedBackend", "guarded_transport", "pool_http_client"]
 
@@ -46,7 +46,7 @@ class GuardedBackend(httpcore2.AsyncNetworkBackend):
     ) -> httpcore2.AsyncNetworkStream:
         try:
             infos = await resolve_checked(host, port, self.allowed)
-        except OSError as exc:  # Blocked (the endpoint policy), or a name that does not resolve
+        except (Blocked, OSError) as exc:  # the endpoint policy, or a name that does not resolve
             raise httpcore2.ConnectError(exc.strerror or str(exc)) from exc
         addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         error: Exception | None = None

@@ -181,7 +181,12 @@ def locate(url: str, policy: StoragePolicy) -> tuple[Any, str]:
     if protocol == "s3" and policy.prefixes is not None:
         opts = _s3_options(opts, policy)
     try:
-        fs = fsspec.filesystem(protocol, **opts)
+        if protocol in ("az", "abfs") and policy.prefixes is not None:
+            from barge.storage.azure import GuardedBlobFileSystem  # adlfs and azure-storage-blob: only when used
+
+            fs = GuardedBlobFileSystem(**opts, addresses=_check(policy))
+        else:
+            fs = fsspec.filesystem(protocol, **opts)
     except ImportError as exc:
         extra = " (pip install 'barge-operator[gcs]')" if protocol == "gcs" else ""
         raise StorageError(f"no filesystem for {scheme}:// is installed{extra}: {exc}") from exc
