@@ -32,7 +32,7 @@ from barge.api.batchjob import LLMBatchJobSpec
 from barge.k8s.pool import PENDING_METRIC
 from barge.ledger import lifetime, space
 from barge.operator import quota
-from barge.operator.looplag import LagCollector
+from barge.operator.looplag import LagCollector, stuck
 from barge.providers.base import Usage
 
 if TYPE_CHECKING:
@@ -483,6 +483,9 @@ async def start_server(ctx: Context, port: int) -> web.AppRunner:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
+        loops = stuck(ctx.lags)  # an engine loop blocked by one job's synchronous work (M10)
+        if loops:
+            return web.Response(status=503, text=f"engine loop(s) not waking up: {', '.join(loops)}")
         return web.Response(text="ok")
 
     app = web.Application()
