@@ -28,6 +28,7 @@ class _Engine(BaseHTTPRequestHandler):
     hits: ClassVar[list[str]] = []
     mode: ClassVar[str] = "ok"
     target: ClassVar[str] = ""
+    release: ClassVar[threading.Event] = threading.Event()
 
     def do_POST(self) -> None:
         self.hits.append(self.path)
@@ -37,6 +38,20 @@ class _Engine(BaseHTTPRequestHandler):
             self.send_header("Location", f"{self.target}/latest/meta-data/iam/")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if self.mode == "held":  # 6 MiB now, the rest once the test has seen every answer start
+            size = 6 << 20
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(size + len(ANSWER)))
+            self.end_headers()
+            try:
+                self.wfile.write(b" " * size)
+                self.wfile.flush()
+                self.release.wait(5)
+                self.wfile.write(ANSWER)
+            except OSError:
+                pass
             return
         if self.mode == "big":
             size = MAX_ANSWER + (4 << 20)
@@ -63,7 +78,7 @@ class _Engine(BaseHTTPRequestHandler):
 
 
 def _serve(host: str, **attrs: object) -> tuple[ThreadingHTTPServer, type[_Engine]]:
-    handler = type("Handler", (_Engine,), {"hits": [], **attrs})
+    handler = type("Handler", (_Engine,), {"hits": [], "release": threading.Event(), **attrs})
     server = ThreadingHTTPServer((host, 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, handler
@@ -96,6 +111,26 @@ async def test_a_pool_answer_is_read_up_to_16_mib(servers: list[tuple[str, type[
         await client.close()
     assert result.outcome is Outcome.TRANSIENT, (result.outcome, result.error_type)
     assert "MiB" in result.message
+
+
+async def test_the_answers_in_flight_together_are_bounded(servers: list[tuple[str, type[_Engine]]]) -> None:
+    """Each answer under the 16 MiB cap, but 20 of 6 MiB at once: the pool client holds no more than its budget
+    (POOL_ANSWER_BUDGET, 64 MiB) of them; the others are refused as read errors (transient, retried later)."""
+    import asyncio
+
+    (url, engine), _ = servers
+    engine.mode = "held"
+    client = _pool_client(url)
+    try:
+        results = await asyncio.gather(*(client.complete(Request(f"c-{i}", "m", "hi", 10)) for i in range(20)))
+    finally:
+        engine.release.set()
+        await client.close()
+    outcomes = [r.outcome for r in results]
+    assert Outcome.SUCCEEDED in outcomes
+    refused = [r for r in results if r.outcome is Outcome.TRANSIENT]
+    assert refused, "all 20 answers (120 MiB) were held at once"
+    assert all("in flight" in r.message for r in refused), [r.message for r in refused]
 
 
 async def test_a_pool_redirect_is_not_followed(servers: list[tuple[str, type[_Engine]]]) -> None:

@@ -17,6 +17,7 @@ it is a transient failure). Results files are exempt: Barge reads them line by l
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import AsyncIterator, Iterable
 from types import ModuleType
 from typing import Any
@@ -26,7 +27,16 @@ import httpx2
 
 from barge.netguard import MAX_ANSWER, AddressCheck, Allowed, Blocked, guarded_session, resolve_checked
 
-__all__ = ["MAX_ANSWER", "Allowed", "CappedTransport", "GuardedBackend", "guarded_transport", "pool_http_client"]
+__all__ = [
+    "MAX_ANSWER",
+    "POOL_ANSWER_BUDGET",
+    "Allowed",
+    "AnswerBudget",
+    "CappedTransport",
+    "GuardedBackend",
+    "guarded_transport",
+    "pool_http_client",
+]
 
 
 class GuardedBackend(httpcore2.AsyncNetworkBackend):
@@ -83,33 +93,75 @@ def guarded_transport(allowed: Allowed) -> httpx2.AsyncHTTPTransport:
 STREAMED = ("/results", "/content")
 
 
+class AnswerBudget:
+    """Bytes of answers one client reads at once. The per-answer cap alone still lets an engine pool (or a pod
+    wearing its Service's labels) answer 16 MiB to each of up to 256 requests in flight: 4 GiB in the shared
+    operator. An answer whose next chunk would pass the budget is refused as a read error (retried, then
+    transient), so the answers being read never hold more than `limit` bytes together. Engine loops run in
+    threads of their own, hence the lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held, self.peak = limit, 0, 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        with self._lock:
+            if self.held + size > self.limit:
+                return False
+            self.held += size
+            self.peak = max(self.peak, self.held)
+            return True
+
+    def give(self, size: int) -> None:
+        with self._lock:
+            self.held -= size
+
+
+#: An engine pool client's budget: four answers at the cap (a chat answer is a few KiB; logprobs make it MiBs).
+POOL_ANSWER_BUDGET = 4 * MAX_ANSWER
+
+
 class _Capped(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, host: str) -> None:
-        self.inner, self.limit, self.host = inner, limit, host
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, host: str, budget: AnswerBudget | None) -> None:
+        self.inner, self.limit, self.host, self.budget = inner, limit, host, budget
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self.inner:
-            seen += len(chunk)
-            if seen > self.limit:
-                raise httpx2.ReadError(f"an answer from {self.host} over {self.limit >> 20} MiB: not read further")
-            yield chunk
+        seen = held = 0
+        try:
+            async for chunk in self.inner:
+                seen += len(chunk)
+                if seen > self.limit:
+                    raise httpx2.ReadError(f"an answer from {self.host} over {self.limit >> 20} MiB: not read further")
+                if self.budget is not None:
+                    if not self.budget.take(len(chunk)):
+                        raise httpx2.ReadError(
+                            f"answers in flight from {self.host} over {self.budget.limit >> 20} MiB together: "
+                            "this one not read further"
+                        )
+                    held += len(chunk)
+                yield chunk
+        finally:
+            if self.budget is not None:
+                self.budget.give(held)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 class CappedTransport(httpx2.AsyncBaseTransport):
-    """`inner`, with every answer but a results file read up to `limit` bytes."""
+    """`inner`, with every answer but a results file read up to `limit` bytes, and (with `budget`) all answers
+    being read at once up to the budget's limit."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int = MAX_ANSWER) -> None:
-        self.inner, self.limit = inner, limit
+    def __init__(
+        self, inner: httpx2.AsyncBaseTransport, limit: int = MAX_ANSWER, budget: AnswerBudget | None = None
+    ) -> None:
+        self.inner, self.limit, self.budget = inner, limit, budget
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self.inner.handle_async_request(request)
         if request.url.path.endswith(STREAMED):
             return response
-        stream = _Capped(response.stream, self.limit, request.url.host)  # type: ignore[arg-type]
+        stream = _Capped(response.stream, self.limit, request.url.host, self.budget)  # type: ignore[arg-type]
         return httpx2.Response(
             response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
         )
@@ -122,10 +174,12 @@ def pool_http_client(sdk: ModuleType, connections: int = 1000) -> Any:
     """The SDK's aiohttp client for an engine pool's vLLM, which a tenant can stand in for (a pod with the Service's
     labels, or an ExternalName Service of the same name): every answer capped at MAX_ANSWER, no redirect followed,
     no proxy from the environment (a proxy would carry the tenant's prompts out of the cluster), and never a
-    metadata or link-local address (`AddressCheck()`; the pool's ClusterIP is private, so private stays allowed).
+    metadata or link-local address (`AddressCheck()`; the pool's ClusterIP is private, so private stays allowed), and
+    the answers in flight together under POOL_ANSWER_BUDGET.
     aiohttp, not httpx: at 64 calls in flight it costs half the CPU per call (bench/bench_sync.py)."""
     vendored = importlib.import_module(f"{sdk.__name__}._vendor.httpx_aiohttp.transport")
     inner = vendored.AiohttpTransport(
         trust_env=False, client=lambda: guarded_session(AddressCheck(), refuse_redirects=False, connections=connections)
     )
-    return sdk.DefaultAioHttpClient(transport=CappedTransport(inner), follow_redirects=False, trust_env=False)
+    capped = CappedTransport(inner, budget=AnswerBudget(POOL_ANSWER_BUDGET))
+    return sdk.DefaultAioHttpClient(transport=capped, follow_redirects=False, trust_env=False)
