@@ -67,6 +67,9 @@ class OperatorConfig:
     (BARGE_ADMISSION_BACKOFF_SECONDS)."""
     planner_memory_mb: int = 256
     """Address space of each job's planner process, which renders the templates (BARGE_PLANNER_MEMORY_MB)."""
+    operator_reserve_mb: int = 384
+    """Memory of the container kept for the operator itself and its planner server (BARGE_OPERATOR_RESERVE_MB):
+    planners run only while the reserve plus BARGE_PLANNER_MEMORY_MB per planner fit the cgroup's limit."""
     delete_provider_copies: bool = True
     """Default of spec.retention.deleteProviderCopies (BARGE_DELETE_PROVIDER_COPIES, true/false): delete the
     provider's copies of prompts and results once a job's outputs are written."""
@@ -111,6 +114,7 @@ class OperatorConfig:
             "max_shard_requests": int(env.get("BARGE_MAX_SHARD_REQUESTS", cls.max_shard_requests)),
             "max_shard_bytes": int(env.get("BARGE_MAX_SHARD_BYTES", cls.max_shard_bytes)),
             "planner_memory_mb": int(env.get("BARGE_PLANNER_MEMORY_MB", cls.planner_memory_mb)),
+            "operator_reserve_mb": int(env.get("BARGE_OPERATOR_RESERVE_MB", cls.operator_reserve_mb)),
             "admission_gather_seconds": float(env.get("BARGE_ADMISSION_GATHER_SECONDS", cls.admission_gather_seconds)),
             "admission_backoff_seconds": float(
                 env.get("BARGE_ADMISSION_BACKOFF_SECONDS", cls.admission_backoff_seconds)

@@ -105,8 +105,8 @@ def test_a_planner_over_its_wall_time_is_killed(ledger: Ledger) -> None:
     seen: list[int] = []
     real_start = zygote.SERVER.start
 
-    async def start() -> zygote.Planner:
-        proc = await real_start()
+    async def start(*limits: int) -> zygote.Planner:
+        proc = await real_start(*limits)
         seen.append(proc.pid)
         return proc
 
@@ -132,8 +132,8 @@ def test_a_planner_killed_from_outside_says_so(ledger: Ledger) -> None:
 
     real_start = zygote.SERVER.start
 
-    async def start() -> zygote.Planner:
-        proc = await real_start()
+    async def start(*limits: int) -> zygote.Planner:
+        proc = await real_start(*limits)
         asyncio.get_running_loop().call_later(0.5, os.kill, proc.pid, signal.SIGKILL)
         return proc
 

@@ -10,7 +10,8 @@ A chunk ends at `CHUNK` rows or `CHUNK_BYTES` of result text, whichever comes fi
 Anthropic batch of 100,000 results of ~4 KB was one chunk: +490 MiB of the shared operator's memory, past the
 chart's limit, and since that one chunk never committed, the restarted operator streamed the whole batch again
 and was killed again (REVIEW-3 C2). By bytes, what is held is ~1.5 x CHUNK_BYTES whatever the batch, and a killed
-ingestion resumes after its last committed chunk.
+ingestion resumes after its last committed chunk. All ingestions of the process together hold at most
+`memory.INGEST_TEXT`: past it, each commits at its next page (batch/memory.py).
 
 Why the shape: this is the hot path of a 100,000-result batch. Results arrive a page per network read, each as
 a tuple (`providers.base.Parsed`) that becomes a ledger row tuple (`ledger.bulk.ROW`, no intermediate objects),
@@ -27,7 +28,7 @@ from functools import partial
 
 import orjson
 
-from barge.batch import failpoints
+from barge.batch import failpoints, memory
 from barge.batch.routing import missing, route, unreadable
 from barge.ledger import ItemUpdate, Ledger
 from barge.ledger.bulk import Row
@@ -123,11 +124,12 @@ async def ingest(
         return report
 
     members: set[str] | None = None  # every id the batch was created with: loaded only if an unknown id shows up
-    left = dict(expected)  # ids not seen yet: an id met twice, or never sent, is not in it
+    count = len(expected)
+    left = expected  # ids not seen yet: an id met twice, or never sent, is not in it (then `members` says which)
     seen = 0
     chunk: list[Row] = []
-    held = 0  # characters of result text in `chunk`
-    half = len(expected) // 2
+    held = 0  # characters of result text in `chunk`, counted in memory.INGESTING too
+    half = count // 2
 
     def commit() -> None:
         nonlocal held
@@ -136,41 +138,48 @@ async def ingest(
             write_part(f"{info.id}-{time.time_ns()}", (_part(r) for r in chunk if r[6] is not None))
         report.count(chunk)
         chunk.clear()
+        memory.INGESTING.release(held)
         held = 0
 
-    async for page in provider.parsed_pages(info.id):
-        for parsed in page:
-            cid = parsed[0]
-            attempts = left.pop(cid, None)
-            if attempts is None:
-                if not cid and parsed[7] == UNREADABLE:  # a line nobody can read: its item is left unseen
-                    report.unreadable += 1
-                    report.why = report.why or parsed[8]
-                    continue
-                if cid not in expected:
+    try:
+        async for page in provider.parsed_pages(info.id):
+            added = 0
+            for parsed in page:
+                cid = parsed[0]
+                attempts = left.pop(cid, None)
+                if attempts is None:
+                    if not cid and parsed[7] == UNREADABLE:  # a line nobody can read: its item is left unseen
+                        report.unreadable += 1
+                        report.why = report.why or parsed[8]
+                        continue
                     members = ledger.members_of(job, info.id) if members is None else members
                     report.foreign += cid not in members  # members not expected: applied before a restart
-                continue
-            seen += 1
-            if seen == half:
-                failpoints.hit(failpoints.MID_INGEST)
-            if parsed[1] is _FATAL:
-                report.fatal = as_result(parsed)
-                chunk.append((cid, "pending", parsed[7], parsed[8], attempts, "", None, *NO_USAGE))
-            else:
-                chunk.append(_parsed_row(parsed, attempts, max_attempts))
-            held += len(parsed[2]) + len(parsed[8])
-        if len(chunk) >= CHUNK or held >= CHUNK_BYTES:
-            commit()
-    if not seen and report.foreign and expected and members is not None and len(expected) == len(members):
-        ledger.release(job, info.id)
-        ledger.set_batch(job, info.id, ingested=True, status="foreign", ended_at=clock())
-        report.released = True
-        return report
-    # the unseen items' results may be among the unreadable lines: then they are retried as such
-    unseen = partial(unreadable, lines=report.unreadable, why=report.why) if report.unreadable else missing
-    chunk += [_as_row(route(unseen(cid), n, max_attempts)) for cid, n in left.items()]
-    commit()
+                    continue
+                seen += 1
+                if seen == half:
+                    failpoints.hit(failpoints.MID_INGEST)
+                if parsed[1] is _FATAL:
+                    report.fatal = as_result(parsed)
+                    chunk.append((cid, "pending", parsed[7], parsed[8], attempts, "", None, *NO_USAGE))
+                else:
+                    chunk.append(_parsed_row(parsed, attempts, max_attempts))
+                added += len(parsed[2]) + len(parsed[8])
+            held += added
+            crowded = memory.INGESTING.add(added)  # every ingestion together holds INGEST_TEXT: commit now
+            if chunk and (len(chunk) >= CHUNK or held >= CHUNK_BYTES or crowded):
+                commit()
+        if not seen and report.foreign and count and members is not None and count == len(members):
+            ledger.release(job, info.id)
+            ledger.set_batch(job, info.id, ingested=True, status="foreign", ended_at=clock())
+            report.released = True
+            return report
+        # the unseen items' results may be among the unreadable lines: then they are retried as such
+        unseen = partial(unreadable, lines=report.unreadable, why=report.why) if report.unreadable else missing
+        chunk += [_as_row(route(unseen(cid), n, max_attempts)) for cid, n in left.items()]
+        commit()
+    finally:  # a read or ledger error mid-stream: what this ingestion held is no longer held
+        memory.INGESTING.release(held)
+        held = 0
     ledger.set_batch(job, info.id, ingested=True, status=info.status, ended_at=clock())
     return report
 

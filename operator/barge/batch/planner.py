@@ -84,6 +84,9 @@ class PlanLimits:
     memory_bytes: int = 256 * 1024 * 1024
     """Address space of the planner process (ordinary planning needs under 128 MiB; the operator's pod limit
     must leave room for it beside the operator itself)."""
+    reserve_bytes: int = 384 * 1024 * 1024
+    """Memory of the container kept for the operator and the planner server (BARGE_OPERATOR_RESERVE_MB): a planner
+    starts only while this, the planners running and its `memory_bytes` fit the cgroup's limit (batch/memory.py)."""
     give_up_after: int = 3
     """Lines hitting a limit, before any line succeeded, that make the template a bad one."""
     read_seconds: float = plan_input.READ_SECONDS
@@ -147,7 +150,7 @@ async def plan(
     """Plan the job into the ledger through a planner process; returns the number of rows (lines) written.
     Raises PlanError when the template is bad or the planning passed its limits; input errors propagate."""
     limits = limits or PlanLimits()
-    proc = await zygote.SERVER.start()
+    proc = await zygote.SERVER.start(limits.memory_bytes, limits.reserve_bytes)  # within the container's memory
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
     from barge.ledger import pages  # the parent only: the child never imports the ledger (SQLAlchemy)
 

@@ -14,6 +14,12 @@ forks; the child makes them its fds 0, 1 and 2 and runs `planner.child`; the ser
 status pipe, then, when it reaps the child, its exit code as subprocess gives it (-N for signal N). Only the
 server kills a child (message `k` + pid), and only one it has not reaped yet, so a pid is never reused under a
 kill. The server runs at nice 10, set before its imports, and ends when the parent's socket closes.
+
+Memory: a planner is forked only once its address-space limit fits the container's memory beside the operator's
+reserve and the planners already running (batch/memory.py), and it is given back when the planner is reaped.
+The server sets its `oom_score_adj` to 1000 before it forks, so every planner has it from its first instruction:
+when the cgroup runs out of memory after all, the kernel kills a planner (that job re-plans) or the server (started
+again at the next plan) before the operator, which every tenant's jobs need (REVIEW-3 H8).
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from barge.batch import planner_env
+from barge.batch import memory, planner_env
 
 PID = struct.Struct("!i")
 BOOT = (
@@ -44,6 +51,8 @@ BOOT = (
     "from barge.batch.zygote import serve\n"
     "serve(int(sys.argv[1]))\n"
 )
+#: The server's and its children's oom_score_adj: the kernel's first choice when the container runs out of memory.
+OOM_SCORE_ADJ = 1000
 PIPE_LIMIT = 1 << 20  # frames of rows are read whole (readexactly); this only bounds buffering ahead
 
 
@@ -52,6 +61,8 @@ def serve(fd: int) -> None:
     """The server's loop: fork a planner per request, report pids and exit codes, end with the parent's socket."""
     from barge.batch import planner  # the imports every child shares
 
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:  # raising it needs no right
+        adj.write(str(OOM_SCORE_ADJ))  # inherited by every child
     planner_env.confine()  # no new privileges, Python's files only: inherited by every planner (REVIEW-3 M8)
 
     sock = socket.socket(fileno=fd)
@@ -154,6 +165,8 @@ class Planner:
     server: Server
     returncode: int | None = None
     transports: list[asyncio.BaseTransport] = field(default_factory=list)
+    release: Callable[[], None] = lambda: None
+    """Gives the planner's memory back (batch/memory.py): once it is reaped, or closed."""
 
     async def wait(self) -> int:
         if self.returncode is None:
@@ -161,6 +174,7 @@ class Planner:
                 self.returncode = PID.unpack(await self.status.readexactly(PID.size))[0]
             except asyncio.IncompleteReadError:
                 self.returncode = 255  # the server died before it could say
+            self.release()
         return self.returncode
 
     def kill(self) -> None:
@@ -170,6 +184,7 @@ class Planner:
     def close(self) -> None:
         for transport in self.transports:
             transport.close()
+        self.release()  # never waited for: its memory is given back all the same (release is idempotent)
 
 
 class Server:
@@ -253,8 +268,19 @@ class Server:
             if self._sock is not None:
                 self._sock.send(b"k" + PID.pack(pid))
 
-    async def start(self) -> Planner:
-        """Fork a planner and connect its pipes to the running loop."""
+    async def start(self, memory_bytes: int = 0, reserve_bytes: int = 0) -> Planner:
+        """Fork a planner and connect its pipes to the running loop, once `memory_bytes` fit beside `reserve_bytes`
+        and the planners running (memory.PLANNERS; PlanError when they never can)."""
+        release = await memory.PLANNERS.acquire(memory_bytes, reserve_bytes)
+        try:
+            planner = await self._start()
+        except BaseException:
+            release()
+            raise
+        planner.release = release
+        return planner
+
+    async def _start(self) -> Planner:
         pid, files = await asyncio.to_thread(self.fork)  # the transports own the files from here
         loop = asyncio.get_running_loop()
         transports: list[asyncio.BaseTransport] = []

@@ -108,7 +108,9 @@ class Context:
             max_shard_bytes=self.config.max_shard_bytes,
             delete_provider_copies=self.config.delete_provider_copies,
             output_expires_after_days=self.config.output_expires_after_days,
-            plan_limits=PlanLimits(memory_bytes=self.config.planner_memory_mb << 20),
+            plan_limits=PlanLimits(
+                memory_bytes=self.config.planner_memory_mb << 20, reserve_bytes=self.config.operator_reserve_mb << 20
+            ),
             ledger_limits=self.config.policy.ledger,
         )
 

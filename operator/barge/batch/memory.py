@@ -1,0 +1,173 @@
+"""The operator's memory, shared by every job: what planners and ingestions may hold inside the container's limit.
+
+Why: the operator, its planner server, its planner processes and every job's ingestion share one cgroup, and the
+kernel kills the largest process of it when the sum passes the limit, usually the operator itself, which then
+re-plans and re-ingests the same jobs (REVIEW-3 C2, H8). Each of them was bounded per process or per chunk, never
+together. Here:
+
+| what                  | rule                                                                                      |
+| --------------------- | ----------------------------------------------------------------------------------------- |
+| the limit             | cgroup v2 `memory.max`, else v1 `memory.limit_in_bytes`; none (a laptop): no planner cap   |
+| planners              | each counts its address-space limit (`BARGE_PLANNER_MEMORY_MB`); one starts only while     |
+|                       | the operator's reserve (`BARGE_OPERATOR_RESERVE_MB`) plus the running ones plus it fit the |
+|                       | limit; the others wait in arrival order; none fits at all: planning is refused, retried    |
+| ingestion             | result text held by all ingestions at once is `INGEST_TEXT` at most: past it, each commits |
+|                       | its chunk at its next page instead of growing it (smaller chunks, never more memory)       |
+
+Engine loops are threads, so both are guarded by a plain lock held briefly, and a waiter is woken on its own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from barge.batch.render import PlanError
+
+CGROUP = Path("/sys/fs/cgroup")
+#: A v1 limit at or above this is "no limit" (the kernel reports 2**63 rounded down to a page).
+UNLIMITED = 1 << 60
+#: Result text (characters) all ingestions of the process may hold at once: two full chunks (ingest.CHUNK_BYTES).
+INGEST_TEXT = 64 << 20
+
+
+def container_limit(root: Path = CGROUP) -> int | None:
+    """The memory limit of this process's cgroup in bytes: v2 `memory.max`, else v1 `memory.limit_in_bytes`
+    (the memory controller mounted at `memory/` or at the root); None when there is none or it cannot be read."""
+    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes", root / "memory.limit_in_bytes"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        return None if value >= UNLIMITED else value
+    return None
+
+
+def planner_slots(limit: int | None, reserve: int, per_planner: int, wanted: int) -> int:
+    """How many planners fit beside the operator: (limit - reserve) // per_planner, at most `wanted`; `wanted`
+    when there is no limit."""
+    if limit is None:
+        return wanted
+    return max(0, min(wanted, (limit - reserve) // max(1, per_planner)))
+
+
+@dataclass
+class _Waiter:
+    need: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+    granted: bool = False
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class PlannerMemory:
+    """Admission of planner processes by the memory they may use (module docstring)."""
+
+    def __init__(self, limit: Callable[[], int | None] = container_limit) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._used = 0
+        self._budget: int | None = None
+        self._waiting: deque[_Waiter] = deque()
+        self.peak = 0
+        """The most planner memory granted at once (for tests and the sizing rule)."""
+
+    def used(self) -> int:
+        with self._lock:
+            return self._used
+
+    def _grant(self) -> None:
+        """Wake the waiters that fit now, in arrival order (the lock is held)."""
+        while self._waiting and (self._budget is None or self._used + self._waiting[0].need <= self._budget):
+            waiter = self._waiting.popleft()
+            waiter.granted = True
+            self._used += waiter.need
+            self.peak = max(self.peak, self._used)
+            with contextlib.suppress(RuntimeError):  # its loop is closed: it will never ask again
+                waiter.loop.call_soon_threadsafe(_wake, waiter.future)
+
+    def _release(self, need: int) -> None:
+        with self._lock:
+            self._used -= need
+            self._grant()
+
+    async def acquire(self, need: int, reserve: int) -> Callable[[], None]:
+        """Wait until a planner of `need` bytes fits beside `reserve` bytes for the operator and the planners
+        running; returns the release (call it once the process is reaped). Raises PlanError (not permanent) when
+        it can never fit."""
+        limit = self._limit()
+        budget = None if limit is None else limit - reserve
+        if limit is not None and budget is not None and need > budget:
+            raise PlanError(
+                f"no room for a planner: the operator's memory limit is {limit >> 20} MiB, its reserve "
+                f"{reserve >> 20} MiB (BARGE_OPERATOR_RESERVE_MB) and each planner may use {need >> 20} MiB "
+                "(BARGE_PLANNER_MEMORY_MB): raise the limit or lower one of them",
+                permanent=False,
+            )
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(need, loop, loop.create_future())
+        with self._lock:
+            self._budget = budget
+            self._waiting.append(waiter)
+            self._grant()
+        try:
+            await waiter.future
+        except BaseException:  # cancelled while waiting: a grant made meanwhile is given back
+            with self._lock:
+                if waiter.granted:
+                    self._used -= need
+                    self._grant()
+                else:
+                    self._waiting.remove(waiter)
+            raise
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._release(need)
+
+        return release
+
+
+class TextBudget:
+    """Result text held by every ingestion of the process at once (module docstring)."""
+
+    def __init__(self, limit: int = INGEST_TEXT) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._held = 0
+        self.peak = 0
+
+    def add(self, chars: int) -> bool:
+        """`chars` more are held; True when all ingestions together hold the limit or more (commit now)."""
+        with self._lock:
+            self._held += chars
+            self.peak = max(self.peak, self._held)
+            return self._held >= self.limit
+
+    def release(self, chars: int) -> None:
+        with self._lock:
+            self._held -= chars
+
+
+PLANNERS = PlannerMemory()
+"""The process's planner admission (the planner server forks every planner, so there is one per process)."""
+INGESTING = TextBudget()
+"""The process's ingestion text budget."""
