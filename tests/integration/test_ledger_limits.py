@@ -163,7 +163,7 @@ def test_planning_is_refused_under_the_free_space_floor_before_and_while_reading
     assert refused.value.policy == "LedgerFull"
     assert "50 MiB free, under the 100 MiB" in refused.value.message
     assert reads.opened == 0
-    asked = iter([200 << 20, 200 << 20, 200 << 20, 10 << 20])  # plenty at first, then the volume fills up
+    asked = iter([200 << 20, 200 << 20, 10 << 20])  # plenty at first, then the volume fills up
 
     with pytest.raises(Refused, match="LedgerFull"):
         plan(ledger, "a/k/1", "a", valid(20_000), limits, free_bytes=lambda _ledger: next(asked, 10 << 20))
@@ -216,3 +216,57 @@ def test_barge_ledger_purge_removes_deleted_jobs(tmp_path: Path) -> None:
     assert "removed 1 deleted jobs" in out.output
     ledger = Ledger(url)
     assert (items(ledger, "a/old/1"), items(ledger, "a/kept/1")) == (0, 20)
+
+
+@pytest.fixture
+def small_volume(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs standing in for the ledger's PVC (REVIEW-3 A.3), unmounted afterwards."""
+    import subprocess
+
+    where = tmp_path / "pvc"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_tenant_cannot_fill_the_volume_other_tenants_write_to(
+    small_volume: Path, request: pytest.FixtureRequest
+) -> None:
+    """A.3: team-a's job filled a 64 MiB volume and team-b's next intent and new job failed with 'database or disk
+    is full'. Now team-a's blank lines cost a counter, its large job is refused at the floor with its rows removed,
+    and team-b's writes go on."""
+    ledger = Ledger(str(small_volume / "ledger.db"))
+    request.addfinalizer(ledger.close)  # before the volume is unmounted
+    limits = LedgerLimits(min_free_bytes=16 << 20)
+    ledger.ensure_job("team-b/nightly/u", "h", "team-b", MODEL)
+    ledger.add_items(
+        "team-b/nightly/u",
+        [
+            {"custom_id": f"c{i}", "line": i, "state": "pending", "payload": "p", "est_tokens": 1, "size": 10}
+            for i in range(1, 11)
+        ],
+    )
+    blank = plan(ledger, "team-a/fill/u", "team-a", _text_lines("\n" * 200_000), limits)
+    assert (blank.rows, blank.unlisted) == (1_000, 199_000)
+
+    def big() -> Iterator[tuple[int, bytes]]:
+        pad = "q" * 2_000
+        for i in range(1, 40_001):  # ~80 MB of prompts for a 64 MiB volume
+            yield i, json.dumps({"id": f"b{i}", "text": f"{i} {pad}"}).encode()
+
+    with pytest.raises(Refused) as refused:
+        plan(ledger, "team-a/big/u", "team-a", big, limits)
+    assert refused.value.policy == "LedgerFull"
+    assert (items(ledger, "team-a/big/u"), pages(ledger, "team-a/big/u")) == (0, 0)
+    ledger.open_intent("team-b/nightly/u", "s00000", 1, 1, 10, 10)  # what failed in A.3
+    ledger.ensure_job("team-b/other/u", "h", "team-b", MODEL)
+    with pytest.raises(Refused, match="LedgerFull"):  # the floor holds until space is freed ...
+        plan(
+            ledger, "team-c/j/u", "team-c", valid(10), LedgerLimits(min_free_bytes=(space.free_bytes(ledger) or 0) + 1)
+        )
+    assert plan(ledger, "team-c/j/u", "team-c", valid(10), limits).rows == 10  # ... and small plans still fit

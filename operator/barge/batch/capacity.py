@@ -13,11 +13,13 @@ job, and five such jobs filled the volume (REVIEW-3 C1). The limits are the poli
 |                           | an earlier try needed <= maxItemsPerJob           | Admitted=False ItemLimit, for good |
 | every input line          | lines <= maxItemsPerJob and <= the tenant's room  | the plan stops: ItemLimit          |
 | every READ_CHECK lines    | the volume's free bytes >= minFreeBytes           | the plan stops: LedgerFull         |
+| every write of the plan   | free bytes - 2 x the write's bytes >= the floor   | the plan stops: LedgerFull         |
 | invalid lines (the child) | the first listedInvalidLines become rows          | the rest counted (jobs.unlisted)   |
 
-A plan that stops for any reason removes every row it wrote (ledger/planned.py `discard`): a job is planned whole
-or not at all. The lines a refused try saw are kept in its job row (`total`, while `planned` is false), so that
-the next step refuses it without reading its input again until it can fit.
+A plan that stops for any reason removes every row it wrote (ledger/planned.py `discard`, in small transactions
+that fit in the space the floor keeps): a job is planned whole or not at all. The lines a refused try saw are kept
+in its job row (`total`, while `planned` is false), so that the next step refuses it without reading its input
+again until it can fit.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from barge.limits import LedgerLimits, shown
 from barge.policy import Refused
 
 Lines = Callable[[], Iterator[tuple[int, bytes]]]
-#: Free space is asked again after this many lines read (a statvfs; the writes follow the reads by a few MiB).
+#: Free space is asked after this many lines read (a statvfs), and before every write of the plan, which must fit
+#: WRITE_FACTOR times above the floor: SQLite writes a transaction to its WAL, then into the database file.
 READ_CHECK = 2000
+WRITE_FACTOR = 2
 FreeBytes = Callable[[Ledger], int | None]
 
 
@@ -149,8 +153,16 @@ async def plan(
         return _low_space(free, limits) if free is not None and free < limits.min_free_bytes else None
 
     seen = [0]
+
+    def before_write(size: int) -> None:
+        """In the plan's writer thread: room for this write twice (SQLite's WAL, then the database) above the floor."""
+        free = free_bytes(ledger)
+        if free is not None and free - WRITE_FACTOR * size < limits.min_free_bytes:
+            raise _Stop(_low_space(free, limits), seen[0])
+
+    counted = _counted(lines, allowed, over, space_left, seen)
     try:
-        rows = await planner.plan(key, what, _counted(lines, allowed, over, space_left, seen), ledger, plan_limits)
+        rows = await planner.plan(key, what, counted, ledger, plan_limits, before_write=before_write)
     except _Stop as stop:
         await asyncio.to_thread(_undo, ledger, key, stop.seen if stop.refusal.policy == "ItemLimit" else 0)
         raise stop.refusal from None
@@ -162,7 +174,6 @@ async def plan(
 
 def _undo(ledger: Ledger, key: str, needed: int) -> None:
     """Remove the rows of a plan that did not finish; remember how many lines a refused one needed at least."""
-    with ledger.engine.begin() as conn:
-        discard(conn, key)
+    discard(ledger, key)
     if needed:
         ledger.set_job(key, total=needed)

@@ -146,9 +146,12 @@ async def plan(
     lines: Callable[[], Iterator[tuple[int, bytes]]],
     ledger: Ledger,
     limits: PlanLimits | None = None,
+    before_write: Callable[[int], None] | None = None,
 ) -> int:
     """Plan the job into the ledger through a planner process; returns the number of rows (lines) written.
-    Raises PlanError when the template is bad or the planning passed its limits; input errors propagate."""
+    Raises PlanError when the template is bad or the planning passed its limits; input errors propagate.
+    `before_write(bytes)` is called in the writer thread before each ledger write with the bytes it holds; what
+    it raises ends the plan (batch/capacity.py: the volume's free-space floor)."""
     limits = limits or PlanLimits()
     proc = await zygote.SERVER.start(limits.memory_bytes, limits.reserve_bytes)  # within the container's memory
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
@@ -174,7 +177,9 @@ async def plan(
         if rows or held_pages:
             chunk, chunk_pages = ([] if pages_only else rows), held_pages
             rows, held_pages = (rows if pages_only else []), []
-            writer = asyncio.ensure_future(loop.run_in_executor(pool, ledger.add_frames, key, chunk, chunk_pages))
+            writer = asyncio.ensure_future(
+                loop.run_in_executor(pool, _write, ledger, key, chunk, chunk_pages, before_write)
+            )
 
     async def feed() -> None:
         header = {"job": asdict(job), "limits": asdict(limits)}
@@ -261,6 +266,14 @@ async def plan(
         message = bound(f"planning stopped ({why}): {said[-1] if said else ''}", 500)
         raise PlanError(message, permanent=code == -signal.SIGXCPU)
     return written
+
+
+def _write(
+    ledger: Ledger, key: str, frames: list[bytes], chunk: list[Page], before: Callable[[int], None] | None
+) -> int:
+    if before is not None:
+        before(sum(map(len, frames)) + sum(len(p[3]) + len(p[4]) for p in chunk))
+    return ledger.add_frames(key, frames, chunk)
 
 
 # --- the child side -------------------------------------------------------------------------------------------

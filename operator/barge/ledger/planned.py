@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import Connection
 
 from barge.ledger import pages, summary
 from barge.ledger.bulk import COPY_MIN
+
+if TYPE_CHECKING:
+    from barge.ledger import Ledger
 
 #: A planned item as the planner hands it over (`Ledger.add_planned`; `add_frames`: JSON arrays of these), in order.
 PLANNED = ("custom_id", "line", "item_id", "state", "error_type", "reason", "est_tokens", "size")
@@ -111,14 +114,38 @@ def insert_frames(
         cursor.close()
 
 
-def discard(conn: Connection, job: str) -> int:
+#: `discard` deletes this many item rows, or payload pages, per transaction: on SQLite each transaction goes through
+#: the WAL (with `secure_delete`, freed pages are written again as zeros), which is truncated after each, so that
+#: removing a plan that was stopped by the free-space floor needs only a few MiB of free space.
+DISCARD_ITEMS = 20_000
+DISCARD_PAGES = 4
+
+
+def discard(ledger: Ledger, job: str) -> int:
     """A plan that was refused or stopped (batch/capacity.py): every row it wrote goes, so that no job is ever left
     half-planned in the ledger. Only for a job not yet planned: nothing of it was submitted. The delete trigger
     keeps `item_counts` exact. Returns the item rows removed."""
-    removed = conn.exec_driver_sql(_sql(conn, "DELETE FROM items WHERE job = ?"), (job,)).rowcount
-    conn.exec_driver_sql(_sql(conn, "DELETE FROM payload_pages WHERE job = ?"), (job,))
-    conn.exec_driver_sql(_sql(conn, "DELETE FROM payloads WHERE job = ?"), (job,))
-    return int(removed or 0)
+    removed = 0
+    steps = (
+        ("payload_pages", "first_line", DISCARD_PAGES),
+        ("payloads", "line", DISCARD_ITEMS),
+        ("items", "custom_id", DISCARD_ITEMS),
+    )
+    for table, key, batch in steps:
+        sql = (
+            f"DELETE FROM {table} WHERE job = ? AND {key} IN "  # noqa: S608  (constant names)
+            f"(SELECT {key} FROM {table} WHERE job = ? LIMIT {batch})"
+        )
+        while True:
+            with ledger.engine.begin() as conn:
+                n = int(conn.exec_driver_sql(_sql(conn, sql), (job, job)).rowcount or 0)
+            if not ledger.postgres:
+                with ledger.engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            removed += n if table == "items" else 0
+            if n < batch:
+                break
+    return removed
 
 
 def _sql(conn: Connection, text: str) -> str:

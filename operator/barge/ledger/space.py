@@ -25,12 +25,17 @@ def database_path(ledger: Ledger) -> str | None:
 
 
 def free_bytes(ledger: Ledger) -> int | None:
-    """Bytes an unprivileged writer may still use on the ledger's volume; None when unknown (PostgreSQL)."""
+    """Bytes the ledger may still write on its volume: what an unprivileged writer may use there, and the database's
+    own free pages (deleted rows leave them; SQLite reuses them before it grows the file). None when unknown
+    (PostgreSQL)."""
     path = database_path(ledger)
     if path is None:
         return None
     stat = os.statvfs(os.path.dirname(os.path.abspath(path)))
-    return int(stat.f_bavail * stat.f_frsize)
+    with ledger.engine.connect() as conn:
+        pages = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
+        size = int(conn.exec_driver_sql("PRAGMA page_size").scalar_one())
+    return int(stat.f_bavail * stat.f_frsize) + pages * size
 
 
 def size_bytes(ledger: Ledger) -> int | None:
