@@ -21,6 +21,7 @@ from barge.batch.bounded import bound
 from barge.batch.fallback import send_pending
 from barge.batch.ingest import give_up, ingest, report_events
 from barge.batch.job import EngineSettings, Job
+from barge.batch.offloop import run as off_loop
 from barge.batch.outputs import write_outputs
 from barge.batch.render import PlanError
 from barge.batch.snapshot import LEDGER_MISMATCH, Snapshot, build_snapshot, ledger_mismatch, mismatch_message
@@ -405,7 +406,8 @@ class JobRunner:
         live = [b["batch_id"] for b in self.ledger.batches_of(self.job.key, live_only=True)]
         if live:
             message += f"; batches not collected (kept in the ledger): {', '.join(live[:20])}"
-        self._fail(message)
+        self._fail(message, write=False)
+        await self._failed_outputs()
         await self._clean_up()
 
     def _fail(self, message: str, *, write: bool = True) -> None:
@@ -415,6 +417,12 @@ class JobRunner:
             write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
             retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
 
+    async def _failed_outputs(self) -> None:
+        """A failed job's outputs, off the engine loop (batch/offloop.py), then its texts dropped."""
+        job = self.job
+        await off_loop("outputs", write_outputs, self.ledger, job.key, job.spec.output.url, job.storage)
+        retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
+
     async def _write_outputs(self) -> None:
         """results.jsonl and failures.jsonl, once every item has its final outcome. A job that keeps no payload
         drops them meanwhile, in a thread (they are not read here; on SQLite zeroing them is ~0.5 s per 100,000)."""
@@ -422,8 +430,9 @@ class JobRunner:
         if retention.drops_payloads_early(self.job.spec.retention):
             loop = asyncio.get_running_loop()  # run_in_executor starts it now, not when write_outputs lets go
             dropping = loop.run_in_executor(None, lifetime.drop_payloads, self.ledger, self.job.key)
-        try:
-            write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
+        job = self.job
+        try:  # off the engine loop: a slow store stalls this job only (M10)
+            await off_loop("outputs", write_outputs, self.ledger, job.key, job.spec.output.url, job.storage)
         finally:
             if dropping is not None:
                 await asyncio.wait([dropping])  # never left running past the step
