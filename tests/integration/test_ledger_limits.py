@@ -182,7 +182,8 @@ def test_the_real_volume_is_measured(tmp_path: Path) -> None:
     assert (space.size_bytes(ledger) or 0) > 0
 
 
-def test_a_purged_jobs_counts_are_folded_and_its_rows_gone(ledger_url: str) -> None:
+def test_a_purged_jobs_counts_are_folded_and_its_rows_gone(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifetime, "PURGE_ITEMS", 7)  # 30 items: five transactions, each folding what it deletes
     ledger = Ledger(ledger_url)
     key = "a/done/1"
     done = plan(ledger, key, "a", valid(30), LedgerLimits())

@@ -121,14 +121,20 @@ _FOLD = (
     + ", ".join(f"{c} = folded_counts.{c} + excluded.{c}" for c in _COUNTED)
 )
 _SUMS = ", ".join(f"COALESCE(SUM(x.{c}), 0)" for c in USAGE)
-#: What one purged job had counted (bound: the job three times): its items by (state, via) as `item_counts` holds
-#: them, its invalid lines counted but never stored, and its batches' usage (state 'batch').
+#: Item rows removed per transaction by `purge_deleted` (~5 MB of SQLite's WAL, truncated after each).
+PURGE_ITEMS = 20_000
+_CHUNK = "SELECT custom_id FROM items WHERE job = ? ORDER BY custom_id LIMIT {n}"
+#: One chunk of a purged job's items: what they count, folded (bound: the job twice), then the same rows deleted,
+#: in one transaction; so item_counts + folded_counts never changes, whenever the metrics read them.
+_FOLD_ITEMS = _FOLD.format(
+    select="SELECT j.tenant, j.model, x.state, x.via, COUNT(*), "  # noqa: S608
+    f"{_SUMS} FROM items x JOIN jobs j ON j.job = x.job WHERE x.job = ? AND x.custom_id IN ({_CHUNK}) "
+    "GROUP BY j.tenant, j.model, x.state, x.via"
+)
+_DELETE_ITEMS = f"DELETE FROM items WHERE job = ? AND custom_id IN ({_CHUNK})"  # noqa: S608
+#: Then, with the job row (bound: the job once each): its invalid lines counted but never stored, and its
+#: batches' usage (state 'batch').
 _FOLD_JOB = (
-    _FOLD.format(
-        select="SELECT j.tenant, j.model, x.state, x.via, SUM(x.n), "  # noqa: S608
-        f"{_SUMS} FROM item_counts x JOIN jobs j ON j.job = x.job WHERE x.job = ? "
-        "GROUP BY j.tenant, j.model, x.state, x.via HAVING SUM(x.n) <> 0"
-    ),
     _FOLD.format(
         select="SELECT tenant, model, 'invalid', '', unlisted, 0, 0, 0, 0 FROM jobs WHERE job = ? AND unlisted > 0"
     ),
@@ -137,29 +143,40 @@ _FOLD_JOB = (
         "JOIN jobs j ON j.job = x.job WHERE x.job = ? GROUP BY j.tenant, j.model"
     ),
 )
-_PURGED_TABLES = ("items", "payload_pages", "payloads", "intents", "batches", "item_counts", "jobs")
+_PURGED_TABLES = ("payload_pages", "payloads", "intents", "batches", "item_counts", "jobs")
 
 
 def purge_deleted(ledger: Ledger, now: float, kept_for: float) -> int:
-    """Remove every row of the jobs deleted at least `kept_for` seconds ago (the policy's ledger.deletedJobsKeptFor),
-    one transaction per job; what they counted is folded into `folded_counts` first, per tenant and model, so the
-    metrics' counters keep it (ledger/summary.py). Returns the jobs purged."""
+    """Remove every row of the jobs deleted at least `kept_for` seconds ago (the policy's ledger.deletedJobsKeptFor).
+    What they counted is folded into `folded_counts`, per tenant and model, in the transactions that remove it, so
+    the metrics' counters keep it (ledger/summary.py). The items go `PURGE_ITEMS` at a time, SQLite's WAL truncated
+    after each transaction: a purge needs little free space, which is when it is needed. Returns the jobs purged."""
     due = select(jobs.c.job).where(jobs.c.deleted_at.is_not(None), jobs.c.deleted_at <= now - kept_for)
     with ledger.engine.connect() as conn:
         keys = [str(r[0]) for r in conn.execute(due)]
+    fold_items, delete_items = (_dialect(ledger, q.format(n=PURGE_ITEMS)) for q in (_FOLD_ITEMS, _DELETE_ITEMS))
     for key in keys:
+        while True:
+            with ledger.engine.begin() as conn:
+                conn.exec_driver_sql(fold_items, (key, key))
+                removed = int(conn.exec_driver_sql(delete_items, (key, key)).rowcount or 0)
+            _truncate_wal(ledger)
+            if removed < PURGE_ITEMS:
+                break
         with ledger.engine.begin() as conn:
-            summary.fold(conn, ledger.postgres)  # PostgreSQL: the job's counts exact in item_counts first
             for sql in _FOLD_JOB:
                 conn.exec_driver_sql(_dialect(ledger, sql), (key,))
-            conn.exec_driver_sql(_dialect(ledger, "DELETE FROM items WHERE job = ?"), (key,))
-            summary.fold(conn, ledger.postgres)  # the delete's own deltas, before the job's count rows go
-            for table in _PURGED_TABLES[1:]:
+            summary.fold(conn, ledger.postgres)  # PostgreSQL: the deletes' deltas, before the job's count rows go
+            for table in _PURGED_TABLES:
                 conn.exec_driver_sql(_dialect(ledger, f"DELETE FROM {table} WHERE job = ?"), (key,))  # noqa: S608
-    if keys and not ledger.postgres:
+        _truncate_wal(ledger)
+    return len(keys)
+
+
+def _truncate_wal(ledger: Ledger) -> None:
+    if not ledger.postgres:
         with ledger.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    return len(keys)
 
 
 def _dialect(ledger: Ledger, sql: str) -> str:
