@@ -94,14 +94,15 @@ async def reconcile_intents(
     open_intents = ledger.intents_open(key)
     if not open_intents:
         return
-    known = ledger.all_batch_ids()
     since = min(i["created_at"] for i in open_intents) - CLOCK_SKEW
     shards = {i["shard"] for i in open_intents}
 
     def all_found(listed: list[BatchInfo]) -> bool:  # metadata found for every open intent: no need to list further
         return shards <= {b.metadata.get("barge_shard") for b in listed if b.metadata.get("barge_job") == tag}
 
-    recent = [b for b in await list_since(provider, since, all_found) if b.id not in known]
+    listed = await list_since(provider, since, all_found)
+    known = ledger.known_batch_ids(b.id for b in listed)  # not every batch id ever recorded (L5)
+    recent = [b for b in listed if b.id not in known]
     for intent in open_intents:
         shard = intent["shard"]
         found = next(

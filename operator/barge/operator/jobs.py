@@ -43,6 +43,7 @@ from barge.operator.cache import ClientSpec, Watched
 from barge.operator.engine import Engine, EngineLoop
 from barge.operator.kube import Kube, NotFound, Objects
 from barge.operator.looplag import Lag
+from barge.operator.recent import RecentKeys
 from barge.operator.targets import Target, target_for
 from barge.policy import Policy, Refused
 from barge.providers import BatchProvider, ProviderError, make_provider
@@ -68,8 +69,8 @@ class Context:
     """fault reason -> steps that failed with it (barge_job_step_errors_total)."""
     guards: dict[str, asyncio.Lock] = field(default_factory=dict)
     """job key -> lock held around each batch create and by the delete handler (they never interleave)."""
-    deleting: set[str] = field(default_factory=set)
-    """Jobs whose delete handler started: their daemon creates nothing more."""
+    deleting: RecentKeys = field(default_factory=RecentKeys)
+    """Jobs whose delete handler started: their daemon creates nothing more (forgotten after an hour: L5)."""
     held: lifetime.Held | None = None
     """The last measurement of text bytes the ledger holds per tenant (operator/purge.py); None before the first."""
     pools: Watched = field(default_factory=Watched)
@@ -291,7 +292,9 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
         if snap.extra.get("ledger_mismatch"):  # the status is then the only record of those batches: keep it
             new = {k: new[k] for k in ("phase", "observedGeneration", "conditions", "message")}
         current = await _write(ctx, meta, current, new)
-        if snap.terminal:
+        if snap.terminal:  # its lock and quota marks are not needed any more (made again if it ever steps: L5)
+            ctx.guards.pop(key, None)
+            ctx.queues.forget(key)
             return
         await stopped.wait(interval)
 

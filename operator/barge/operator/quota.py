@@ -204,6 +204,12 @@ class Queues:
             for dep in self.deployments.values():
                 dep.entries.pop(job_key, None)
 
+    def forget(self, job_key: str) -> None:
+        """The job ended: it waits nowhere and its ledger mark is no longer remembered here (L5)."""
+        self.leave(job_key)
+        with self.mutex:
+            self.marked.pop(job_key, None)
+
     def _prune(self, ttl: float) -> None:
         """Drop jobs whose daemon stopped asking (a step failing before it reaches submission, a stopped daemon).
         The caller holds the mutex."""
