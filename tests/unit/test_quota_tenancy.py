@@ -11,6 +11,7 @@ import pytest
 from barge import admission_policy
 from barge.batch import plan, prices
 from barge.batch.admission_queue import BatchQuota
+from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
 from barge.ledger import quota as ledger_quota
@@ -191,3 +192,14 @@ async def test_m1_the_admin_may_let_a_tenant_jump_and_a_tenant_orders_its_own_jo
 def test_policy_admission_section_is_checked(section: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="policy admission"):
         parse({"admission": section})
+
+
+async def test_h4_a_job_marked_under_an_older_key_counts_in_its_queue_after_its_next_step(tmp_path: Path) -> None:
+    """After the upgrade (the tenant joined the key) or a change of the admin's shared deployments, a job whose
+    batches are all in flight asks the queue for nothing more; its step still moves its mark, so they count."""
+    ledger, queues = Ledger(str(tmp_path / "l.db")), quota.Queues()
+    live_job(ledger, "team-a/running/uid", B_AT)  # marked with the deployment's key alone, as ba0610c did
+    g = gate(queues, ledger, "team-a/running/uid", "team-a", B_AT)
+    assert ledger_quota.live(ledger, g.at.key) == (0, 0)
+    g.done(Snapshot("Running", {"submitted": 2}, {}, [], [], ""))
+    assert ledger_quota.live(ledger, g.at.key) == (400, 2)

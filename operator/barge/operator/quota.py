@@ -284,9 +284,7 @@ class JobGate:
     async def _turn(self, shards: list[int]) -> AsyncIterator[int]:
         self.turned = True
         queues, dep = self.queues, self.dep
-        if queues.marked.get(self.key) != dep.key:  # before anything is created: its batches count from the start
-            ledger_quota.mark(self.ledger, self.key, dep.key)
-            queues.marked[self.key] = dep.key
+        self._mark()  # before anything is created: its batches count from the start
         with queues.mutex:
             leaving = not shards or self.halted()
             if leaving:
@@ -401,8 +399,18 @@ class JobGate:
             else:
                 dep.strikes = 0
 
+    def _mark(self) -> None:
+        """The job's ledger row carries its queue's key (once per job and process)."""
+        if self.queues.marked.get(self.key) != self.dep.key and not self.halted():
+            ledger_quota.mark(self.ledger, self.key, self.dep.key)
+            self.queues.marked[self.key] = self.dep.key
+
     def done(self, snap: Snapshot) -> None:
-        """After the engine step: a job that did not ask leaves the queue; a held one's hold goes on the snapshot."""
+        """After the engine step: a job that did not ask leaves the queue; a held one's hold goes on the snapshot.
+        A job with batches in flight that asks for nothing more is marked too: its queue's key changes with the
+        admin's shared deployments and an upgrade (the tenant joined the key), and its live batches must count in
+        the queue it is in now."""
+        self._mark()
         if not self.turned:
             with self.queues.mutex:
                 self.dep.entries.pop(self.key, None)
