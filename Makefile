@@ -8,8 +8,11 @@ CLUSTER_DIR := .barge/cluster
 # Debian packages the tests need: PostgreSQL (ledger), redis and RabbitMQ (queue workers), Prometheus (promtool and
 # the server, monitoring tests), openssl (control-plane keys), git, nodejs (Azurite, the Azure Blob Storage emulator,
 # pinned in tools/azurite/package-lock.json; Debian's `npm` is added only when no npm is on PATH, as a nodejs from
-# elsewhere bundles its own). Add a package here; nothing else to change.
-DEBIAN_PACKAGES := openssl git postgresql redis-server rabbitmq-server prometheus nodejs
+# elsewhere bundles its own); for the image and the local node (tools/image.py, localcluster.py up --node):
+# mmdebstrap and podman (the image without Docker), containerd, runc and socat. Add a package here; nothing else to
+# change.
+DEBIAN_PACKAGES := openssl git postgresql redis-server rabbitmq-server prometheus nodejs \
+  mmdebstrap podman uidmap fuse-overlayfs containerd runc socat
 AZURITE := tools/azurite/node_modules/.stamp
 export PYTHONDONTWRITEBYTECODE := 1
 
@@ -73,6 +76,9 @@ fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff format operator tests tools bench integrations
 	$(VENV)/bin/ruff check --fix operator tests tools bench integrations
 
+image: debian-packages ## Build Barge's OCI image with podman, no Docker, no registry (tools/image.py; cached)
+	$(PYTHON) tools/image.py build
+
 ##@ Tests
 test: deps lint ## Lint, type-check and run every test (unit, contract, integration, e2e)
 	@$(PY) -m pytest -q tests; rc=$$?; \
@@ -102,4 +108,4 @@ bench: deps venv ## Benchmarks (bench/), printed as tables (deps: bench_workers 
 	@ls bench/*.py >/dev/null 2>&1 && for b in bench/bench_*.py; do $(PY) $$b || exit 1; done || \
 	  echo "no benchmarks yet"
 
-.PHONY: help deps debian-packages venv lock crds manifests lint fmt test test-unit tools cluster-up cluster-down demo bench
+.PHONY: help deps debian-packages image venv lock crds manifests lint fmt test test-unit tools cluster-up cluster-down demo bench

@@ -44,6 +44,18 @@ HELM_VERSION = "4.3.2"
 ARGOCD_VERSION = "3.6.1"
 ARGOCD_GOTOOLCHAIN = "go1.27.3"  # argo-cd v3.6 needs go >= 1.27; the toolchain comes from the module proxy
 
+# Without these every binary reports v0.0.0-master+$Format:%H$, which `kubectl version` and the kubelet's node
+# registration cannot parse.
+K8S_LDFLAGS = " ".join(
+    f"-X k8s.io/component-base/version.{key}={value}"
+    for key, value in (
+        ("gitVersion", f"v{K8S_VERSION}"),
+        ("gitMajor", K8S_VERSION.split(".")[0]),
+        ("gitMinor", K8S_VERSION.split(".")[1]),
+        ("gitTreeState", "clean"),
+    )
+)
+
 TOOLS = Path(__file__).resolve().parent
 REPO = TOOLS.parent
 CACHE = Path(os.environ.get("BARGE_CACHE", Path.home() / ".cache" / "barge")) / "bin"
@@ -85,6 +97,8 @@ def binaries() -> dict[str, Path]:
         "kube-apiserver": k8s / "kube-apiserver",
         "kubectl": k8s / "kubectl",
         "kube-controller-manager": k8s / "kube-controller-manager",
+        "kubelet": k8s / "kubelet",
+        "kube-scheduler": k8s / "kube-scheduler",
         "helm": _bin_dir("helm", HELM_VERSION) / "helm",
         "argocd": _bin_dir("argocd", ARGOCD_VERSION) / "argocd",
     }
@@ -131,7 +145,8 @@ def build(argocd: bool = True) -> dict[str, Path]:
     _go_build(
         "k8s",
         bins["kube-apiserver"].parent,
-        ["./cmd/kube-apiserver", "./cmd/kubectl", "./cmd/kube-controller-manager"],
+        ["./cmd/kube-apiserver", "./cmd/kubectl", "./cmd/kube-controller-manager", "./cmd/kubelet", "./cmd/kube-scheduler"],
+        ldflags=K8S_LDFLAGS,
     )
     _go_build(
         "helm",
