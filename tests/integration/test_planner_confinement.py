@@ -84,3 +84,53 @@ print("denied")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip() == "denied"
     assert not (tmp_path / "out").exists()
+
+
+class Liar:
+    """A planner process as a compromised child would be: its first frame header claims 3 GiB of rows."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+        self.stdin, self.stdout, self.stderr = proc.stdin, proc.stdout, proc.stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+    async def wait(self) -> int:
+        return await self._proc.wait()
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_parent_does_not_trust_a_planners_frame_lengths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One frame header used to make the parent wait for (and buffer) up to 4 GiB per part: now a frame larger
+    than the child's own address space ends the plan."""
+    from barge.batch import planner
+    from barge.batch.render import PlanError
+    from barge.ledger import Ledger
+
+    script = "import struct, sys; sys.stdout.buffer.write(struct.pack('!IIII', 3 << 30, 0, 0, 0)); sys.stdout.flush()"
+
+    async def start(*_: object) -> Liar:
+        pipe = asyncio.subprocess.PIPE
+        return Liar(
+            await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdin=pipe, stdout=pipe, stderr=pipe)
+        )
+
+    monkeypatch.setattr(zygote.SERVER, "start", start)
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger.ensure_job("ns/j/u", "h", tenant="t", model="claude-haiku-4-5")
+    spec = {
+        "provider": {"type": "anthropic", "model": "claude-haiku-4-5", "secretRef": {"name": "k"}},
+        "input": {"url": "unused"},
+        "output": {"url": "unused"},
+        "request": {"template": "{{ text }}", "maxTokens": 50},
+    }
+    what = planner.PlanInput(spec, "2026-12-01", "t", "claude-haiku-4-5", "anthropic")
+    with pytest.raises(PlanError, match="frame of 3221225472 bytes"):
+        asyncio.run(planner.plan("ns/j/u", what, lambda: iter([(1, b'{"id": "a", "text": "x"}')]), ledger))

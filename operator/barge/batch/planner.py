@@ -212,6 +212,9 @@ async def plan(
         while True:
             try:
                 lengths = ROWS.unpack(await stdout.readexactly(ROWS.size))
+                if sum(lengths) > limits.memory_bytes:  # more than the child may hold (RLIMIT_AS): not ours (M8)
+                    error = f"the planner process sent a frame of {sum(lengths)} bytes, more than it may hold"
+                    return
                 frame, index, text, said = [await stdout.readexactly(n) if n else b"" for n in lengths]
             except asyncio.IncompleteReadError:
                 return  # the child is done (or died: its exit code says why)
