@@ -53,10 +53,10 @@ class InputReader:
     async def next(self) -> list[tuple[int, bytes]]:
         """The next chunk; [] at the end of the input. PlanError when the input gives nothing for `idle` s."""
         read = asyncio.wrap_future(self.pool.submit(self._next))
+        read.add_done_callback(_consume)  # a read left behind (timed out, cancelled) may still end: moot
         try:
             return await asyncio.wait_for(asyncio.shield(read), self.idle)
         except TimeoutError:
-            read.add_done_callback(_consume)  # it may still end; its outcome is moot
             raise PlanError(
                 f"the input gave nothing for {self.idle:.0f} s (a FIFO, or a mount or server that stopped answering)",
                 permanent=False,
