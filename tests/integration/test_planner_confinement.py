@@ -62,14 +62,16 @@ def test_a_confined_process_reads_only_pythons_files(tmp_path: Path) -> None:
     token.parent.mkdir()
     token.write_text("eyJhbGciOiJSUzI1NiJ9.sa-token")
     script = f"""
-import sys
+import socket, sys
 from barge.batch import planner_env
+server = socket.create_server(("127.0.0.1", 0))  # listening before the confinement: still not reachable
 c = planner_env.confine()
 if not c.landlock_abi:
     print("no-landlock"); sys.exit(0)
 import fractions, email.mime.text  # imports after confinement still work
 for attempt in (lambda: open({str(token)!r}).read(), lambda: open({str(tmp_path / "out")!r}, "w"),
-                lambda: open("/proc/1/environ", "rb").read()):
+                lambda: open("/proc/1/environ", "rb").read(),
+                lambda: socket.create_connection(server.getsockname(), timeout=5)):
     try:
         attempt()
         print("READ"); sys.exit(1)

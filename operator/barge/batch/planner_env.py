@@ -18,6 +18,8 @@ namespace (REVIEW-3 M8). Now, set once in the server and inherited by every fork
 |                           | else; no write, no truncate anywhere. The SA token under   | logged once, and the    |
 |                           | /var/run/secrets, the ledger's SQLite file and every other | other two still hold    |
 |                           | path are unreadable. Files already open (the pipes) work.  |                         |
+| network                   | Landlock ABI 4+: no TCP connect or bind; ABI 6+: no        | older kernels           |
+|                           | abstract Unix socket outside the planners                  |                         |
 
 Running the planners in a separate container (no token, its own UID) would be stronger; this needs no chart change.
 """
@@ -71,6 +73,8 @@ _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _EXECUTE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 2, 1 << 3
 _FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14)  # execute, write, read, truncate: those a file takes
+_NET_TCP = (1 << 0) | (1 << 1)  # bind_tcp, connect_tcp
+_SCOPE_ABSTRACT_UNIX = 1 << 0
 
 
 def server_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -125,8 +129,11 @@ def confine(read: Iterable[str] | None = None) -> Confinement:
     if not nnp or abi <= 0:
         log.warning("planner processes are not confined to Python's files (no Landlock on this kernel)")
         return Confinement(nnp, 0)
-    handled = ctypes.c_uint64(_handled(abi))  # struct landlock_ruleset_attr, its first field (ABI 1 size)
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(handled), ctypes.c_size_t(8), 0)
+    # struct landlock_ruleset_attr: filesystem rights; TCP bind and connect from ABI 4 (no rule: all denied);
+    # abstract Unix sockets outside the domain from ABI 6. Passed at the size this kernel knows.
+    attr = (ctypes.c_uint64 * 3)(_handled(abi), _NET_TCP if abi >= 4 else 0, _SCOPE_ABSTRACT_UNIX if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     if ruleset < 0:
         log.warning("Landlock ruleset refused (errno %d): planners not confined to Python's files", ctypes.get_errno())
         return Confinement(nnp, 0)
