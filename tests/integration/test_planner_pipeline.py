@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,21 +58,21 @@ def test_h7_an_input_that_gives_nothing_fails_the_plan_and_takes_no_loop_thread(
     try:
         said = asyncio.run(attempts())
     finally:
-        for _ in range(3):  # let every blocked open return (the operator's FIFOs are refused before open)
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK) if _readers_waiting(fifo) else None
-            if fd is not None:
-                os.close(fd)
+        release_readers(fifo)
     assert all("the input gave nothing for 1 s" in s and "permanent=False" in s for s in said), said
     # the loop's default executor does not grow with the attempts (ba0610c: one more blocked thread each)
     assert len({s.rsplit("=", 1)[1] for s in said}) == 1, said
 
 
-def _readers_waiting(fifo: Path) -> bool:
-    try:
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        return True
-    except OSError:  # ENXIO: nobody has it open for reading
-        return False
+def release_readers(fifo: Path) -> None:
+    """Let every open(2) blocked on the FIFO return (a writer appears, then goes: they read EOF). In the operator
+    a FIFO is refused before it is opened (barge/storage/local.py)."""
+    for _ in range(50):
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: nobody has it open for reading any more
+            return
+        time.sleep(0.02)
 
 
 class FullLedger(Ledger):
