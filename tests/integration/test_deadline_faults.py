@@ -4,7 +4,9 @@ was failing, the CR said Failed over a ledger that said Running. Real OpenAI SDK
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +20,7 @@ from barge.batch import runner as runner_
 from barge.batch.runner import JobRunner
 from barge.ledger import Ledger
 from barge.operator import jobs
+from barge.providers.errors import Transient
 from barge.storage import StorageError
 from tests.conftest import Factory, state
 from tests.integration.test_engine import FAST, provider_for, run_to_end
@@ -117,3 +120,31 @@ async def test_no_failed_status_is_written_when_the_ledger_cannot_record_it(
     assert not done, "the daemon ended on a Failed status the ledger never took"
     assert kube.patched == []
     assert posted == []
+
+
+async def test_a_stopping_job_whose_collection_keeps_failing_fails_after_the_stop_grace(
+    start_emulator: Factory, tmp_path: Path
+) -> None:
+    """The results of its ended batch cannot be downloaded (the provider's file store keeps failing): retried
+    within STOP_GRACE, then the job fails naming the batch it could not collect, instead of failing forever."""
+    emu = start_emulator({"batch": {"processingSeconds": 0.3}})
+    ledger = Ledger(str(tmp_path / "l.db"))
+    job = job_of(tmp_path, "openai", "gpt-4o-mini", lines(10), deadline=DEADLINE.isoformat())
+    await JobRunner(job, provider_for("openai", emu.url), ledger, prices.load(), FAST).step()
+    await asyncio.sleep(1.0)  # the batch has ended at the provider, not yet ingested
+    now = DEADLINE.timestamp() + 7200
+    assert not faults.fail_at_deadline(ledger, job.key, job.spec, "t", now, S3_503)
+    clock = [now + 5]
+    runner = JobRunner(job, provider_for("openai", emu.url), ledger, prices.load(), FAST, clock=lambda: clock[0])
+
+    async def unreachable(batch_id: str) -> AsyncIterator[Any]:
+        raise Transient(f"GET files/{batch_id}/content: 503", error_type="server_error")
+        yield  # an async generator, as the adapters' parsed_pages
+
+    runner.provider.parsed_pages = unreachable  # type: ignore[method-assign]
+    with pytest.raises(Transient):  # within the grace: a failed step, retried
+        await runner.step()
+    clock[0] = now + runner_.STOP_GRACE + 1
+    snap = await runner.step()
+    assert snap.phase == "Failed", snap.message
+    assert "batches not collected" in snap.message
