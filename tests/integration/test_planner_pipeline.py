@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from barge.batch import planner
-from barge.batch.render import PlanError
+from barge.batch import faults, planner
+from barge.batch.plan_input import InputStalled
 from barge.ledger import Ledger
 
 SPEC = {
@@ -50,16 +50,17 @@ def test_h7_an_input_that_gives_nothing_fails_the_plan_and_takes_no_loop_thread(
     async def attempts() -> list[str]:
         out = []
         for _ in range(3):  # every retry, as the engine re-plans
-            with pytest.raises(PlanError) as caught:
+            with pytest.raises(InputStalled) as caught:
                 await planner.plan("acme/j/u", WHAT, lines, ledger, limits)
-            out.append(f"{caught.value} permanent={caught.value.permanent} loop threads={executor_threads()}")
+            fault = faults.classify(caught.value)
+            out.append(f"{caught.value} {fault.reason} transient={fault.transient} loop threads={executor_threads()}")
         return out
 
     try:
         said = asyncio.run(attempts())
     finally:
         release_readers(fifo)
-    assert all("the input gave nothing for 1 s" in s and "permanent=False" in s for s in said), said
+    assert all("the input gave nothing for 1 s" in s and "StorageError transient=True" in s for s in said), said
     # the loop's default executor does not grow with the attempts (ba0610c: one more blocked thread each)
     assert len({s.rsplit("=", 1)[1] for s in said}) == 1, said
 

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import faults, plan
 from barge.batch.bounded import MESSAGE_LIMIT, bound
+from barge.batch.plan_input import InputStalled
 from barge.batch.render import PlanError, Renderer
 from barge.providers import Fatal, Invalid, Transient, make_provider
 from barge.providers.anthropic_provider import result_from_line as anthropic_line
@@ -191,6 +192,18 @@ FAULTS: list[tuple[str, BaseException, str, bool]] = [
     ),
     ("ledger constraint", _integrity(), "LedgerError", True),
     ("disk full", OSError(28, "No space left on device"), "IOError", True),
+    (  # review 3 M12: raised as itself, no longer a deadlock reported as a wall-time overrun
+        "ledger full while planning",
+        OperationalError("INSERT INTO items ...", {}, Exception("database or disk is full")),
+        "LedgerError",
+        True,
+    ),
+    (  # review 3 H7: a FIFO nobody writes, a stalled mount or server
+        "an input that gives nothing",
+        InputStalled("the input gave nothing for 300 s (a FIFO, or a mount or server that stopped answering)"),
+        "StorageError",
+        True,
+    ),
     ("anything else", KeyError("surprise"), "InternalError", True),
 ]
 

@@ -5,10 +5,11 @@ Why a thread of its own: the input is read by blocking calls (open, read) on sto
 event loop's default executor (`asyncio.to_thread`) one input that never answers (a FIFO nobody writes, a hung
 NFS mount, a trickling server) kept a thread of that executor for ever, and every plan retried took another,
 until `to_thread` hung for every job on the loop (review 3, H7). Here the plan's reader is its own thread, and a
-read that gives nothing for `idle_seconds` fails the plan (`PlanError`, not permanent) instead of holding its
-planning slot for the hour of the wall limit. What the thread was blocked in is finished by the kernel or never:
-a FIFO or a device is refused before it is opened (barge/storage/local.py opens with O_NONBLOCK and checks
-fstat), so what can still hang is a mount or a server that stops answering, and those have timeouts of their own.
+read that gives nothing for `idle_seconds` fails the plan (`InputStalled`, a StorageError: the job's fault reason
+is StorageError, retried) instead of holding its planning slot for the hour of the wall limit. What the thread
+was blocked in is finished by the kernel or never: a FIFO or a device is refused before it is opened
+(barge/storage/local.py opens with O_NONBLOCK and checks fstat), so what can still hang is a mount or a server
+that stops answering; such a thread stays blocked (nothing in user space can end it) but holds no slot.
 
 Why together: the parent writes lines to the child's stdin while it reads the child's answers from its stdout.
 When the reading half failed (a ledger write error: a full disk, a PostgreSQL restart) it stopped reading, the
@@ -25,11 +26,15 @@ from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from barge.batch.render import PlanError
+from barge.storage import StorageError
 
 T = TypeVar("T")
 READ_SECONDS = 300.0
 """How long a read of the input may give nothing before the plan fails (PlanLimits.read_seconds)."""
+
+
+class InputStalled(StorageError):
+    """The input gave nothing for `PlanLimits.read_seconds`."""
 
 
 class InputReader:
@@ -51,15 +56,14 @@ class InputReader:
         return self.take(self.source)
 
     async def next(self) -> list[tuple[int, bytes]]:
-        """The next chunk; [] at the end of the input. PlanError when the input gives nothing for `idle` s."""
+        """The next chunk; [] at the end of the input. InputStalled when the input gives nothing for `idle` s."""
         read = asyncio.wrap_future(self.pool.submit(self._next))
         read.add_done_callback(_consume)  # a read left behind (timed out, cancelled) may still end: moot
         try:
             return await asyncio.wait_for(asyncio.shield(read), self.idle)
         except TimeoutError:
-            raise PlanError(
-                f"the input gave nothing for {self.idle:.0f} s (a FIFO, or a mount or server that stopped answering)",
-                permanent=False,
+            raise InputStalled(
+                f"the input gave nothing for {self.idle:.0f} s (a FIFO, or a mount or server that stopped answering)"
             ) from None
 
     def close(self) -> None:
