@@ -29,9 +29,10 @@ T = TypeVar("T")
 THREADS = 2
 """Engine loops (threads). SQLite and the GIL serialise most of the work; a second loop overlaps the waits."""
 PLANNERS = 4
-"""Jobs planning at once per engine loop: each runs a planner process (~30 MB, CPU-bound), and 2,000 jobs created
+"""Planning slots per engine loop: each plan runs a planner process (~30 MB, CPU-bound), and 2,000 jobs created
 at once would otherwise start 2,000 of them (the machine ran out of memory). The THREADS x PLANNERS slots are
-one pool for the operator, handed out fairly between tenants (batch/planner_slots.py)."""
+one pool for the operator, whichever loop a job runs on, handed out fairly between tenants
+(batch/planner_slots.py)."""
 PLANNERS_PER_TENANT = PLANNERS
 """Planning slots one tenant may hold at once: half of them, so one tenant's stalled inputs never hold all (H7)."""
 
