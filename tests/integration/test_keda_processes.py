@@ -1,0 +1,187 @@
+"""KEDA v2.21.0 (built from its Go module) run by tools/localkeda.py as loopback processes, with the real HPA
+controller and a real redis-server: a Redis Streams backlog scales a Deployment from 0 to KEDA's maxReplicaCount
+and never above it, and back to 0 once drained. No node: the Pods stay Pending; what is asserted is the
+Deployment's spec.replicas, which KEDA (0 <-> 1) and the HPA controller (1 <-> N) set."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from tools import localcluster, localkeda
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]  # a cold KEDA build is ~12-25 min on 2 busy cores
+
+
+def _start_hpa_controller(cluster: localcluster.Cluster) -> subprocess.Popen[bytes]:
+    """A second kube-controller-manager running only the HPA controller (flags as localcluster's otherwise)."""
+    pki = cluster.dir / "pki"
+    port = localcluster._free_port()
+    log = (cluster.dir / "kube-controller-manager-hpa.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            str(localcluster.binaries()["kube-controller-manager"]),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--controllers=horizontal-pod-autoscaler-controller",
+            "--horizontal-pod-autoscaler-sync-period=5s",
+            "--leader-elect=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'apiserver.crt'}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={pki / 'controller-manager-hpa'}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not localcluster._healthy(f"https://127.0.0.1:{port}", "", "/healthz"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"HPA controller did not start; see {log.name}")
+        time.sleep(0.25)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def keda() -> Iterator[tuple[localcluster.Cluster, dict[str, Any]]]:
+    with tempfile.TemporaryDirectory(prefix="barge-keda-") as tmp:
+        flags = localkeda.front_proxy_flags(Path(tmp) / "front-proxy")
+        cluster = localcluster.up(Path(tmp) / "cluster", controllers=True, apiserver_args=flags)
+        hpa: subprocess.Popen[bytes] | None = None
+        try:
+            hpa = _start_hpa_controller(cluster)
+            state = localkeda.start(cluster.dir)
+            yield cluster, state
+        finally:
+            localkeda.stop(cluster.dir)
+            if hpa is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(hpa.pid, signal.SIGTERM)
+                hpa.wait(10)
+            localcluster.down(cluster.dir)
+
+
+def _until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(1)
+    return value
+
+
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+def test_every_keda_port_listens_on_loopback_only(keda: tuple[localcluster.Cluster, dict[str, Any]]) -> None:
+    _, state = keda
+    pids = {int(p) for p in state["pids"]}
+    listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    ours = [line for line in listening if any(f"pid={pid}," in line for pid in pids)]
+    addresses = {line.split()[3] for line in ours}
+    assert addresses, listening
+    assert all(a.startswith("127.0.0.1:") for a in addresses), ours
+    # every port KEDA was given is one of them (the adapter's /metrics too, which upstream binds as ":<port>")
+    assert {f"127.0.0.1:{p}" for p in state["ports"].values()} <= addresses, ours
+    print("\nKEDA resident memory: " + ", ".join(f"pid {p}: {_rss_mib(p):.0f} MiB" for p in sorted(pids)))
+
+
+def test_redis_streams_backlog_scales_0_to_max_and_back_to_0(
+    keda: tuple[localcluster.Cluster, dict[str, Any]], redis_url: str
+) -> None:
+    cluster, _ = keda
+    ns = f"keda-{os.urandom(3).hex()}"
+    cluster.run_kubectl("create", "namespace", ns)
+    stream, group, max_replicas = f"s-{ns}", "workers", 3
+    r = redis.Redis.from_url(redis_url)
+    r.xgroup_create(stream, group, id="$", mkstream=True)
+    labels = {"app": "worker"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "worker", "namespace": ns},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "w", "image": "registry.invalid/none:0"}]},
+            },
+        },
+    }
+    address = redis_url.removeprefix("redis://").split("/")[0]
+    scaled_object = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "worker", "namespace": ns},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "worker"},
+            "minReplicaCount": 0,
+            "maxReplicaCount": max_replicas,
+            "pollingInterval": 1,
+            "cooldownPeriod": 5,
+            "triggers": [
+                {
+                    "type": "redis-streams",
+                    "metadata": {"address": address, "stream": stream, "consumerGroup": group, "lagCount": "5"},
+                }
+            ],
+        },
+    }
+    cluster.run_kubectl("apply", "-f", "-", input=json.dumps({"kind": "List", "apiVersion": "v1",
+                                                               "items": [deployment, scaled_object]}))  # fmt: skip
+
+    def so_ready() -> bool:
+        out = cluster.run_kubectl("-n", ns, "get", "scaledobject", "worker", "-o", "json")
+        conds = json.loads(out.stdout).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    _until(so_ready, 60, "ScaledObject never Ready")
+
+    # Every value spec.replicas takes, from a watch (not sampled): it may never exceed maxReplicaCount.
+    seen: list[int] = []
+    watch = subprocess.Popen(
+        [str(cluster.kubectl), "-n", ns, "get", "deployment", "worker", "--watch", "-o",
+         "jsonpath={.spec.replicas}{'\\n'}"],
+        env=cluster.env(), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    threading.Thread(target=lambda: [seen.append(int(v)) for v in watch.stdout if v.strip()], daemon=True).start()  # type: ignore[union-attr]
+    try:
+        _until(lambda: seen, 20, "watch printed nothing")
+        assert seen[-1] == 0
+        for i in range(40):  # lag 40 / target 5 per replica = 8 wanted; KEDA caps the HPA at 3
+            r.xadd(stream, {"n": str(i)})
+        _until(lambda: max(seen) >= max_replicas, 120, f"never scaled to {max_replicas}: {seen}")
+        time.sleep(15)  # three more HPA syncs at the capped demand: still no replica above the cap
+        assert max(seen) == max_replicas, seen
+        hpa = json.loads(cluster.run_kubectl("-n", ns, "get", "hpa", "keda-hpa-worker", "-o", "json").stdout)
+        assert hpa["spec"]["maxReplicas"] == max_replicas
+        assert hpa["status"]["desiredReplicas"] == max_replicas
+
+        # Drain: read and acknowledge everything; the group's lag drops to 0, KEDA scales to 0 after the cooldown.
+        while batch := r.xreadgroup(group, "c1", {stream: ">"}, count=100):
+            r.xack(stream, group, *[mid for _, entries in batch for mid, _ in entries])
+        assert r.xinfo_groups(stream)[0]["lag"] == 0
+        _until(lambda: seen[-1] == 0, 120, f"never scaled back to 0: {seen}")
+        print(f"\nspec.replicas seen: {seen}")
+        assert seen[0] == 0
+        assert 1 < max(seen) <= max_replicas
+    finally:
+        watch.terminate()
+        watch.wait(10)
+        cluster.run_kubectl("delete", "namespace", ns, "--wait=false", check=False)
