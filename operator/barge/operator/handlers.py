@@ -16,6 +16,7 @@ from barge.batch import prices, zygote
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
 from barge.operator import diffbase, jobs, metrics, pools, purge, schedules
+from barge.operator import login as inclusterlogin
 from barge.operator.cache import CachedKube
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
@@ -62,7 +63,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
 
     @on.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        return inclusterlogin.login(**kwargs)  # KUBERNETES_SERVICE_HOST/PORT and a re-read token, as client-go
 
     @on.daemon(
         GROUP,

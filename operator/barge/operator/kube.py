@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
+from barge.operator import login
 from barge.policy import Refused, check_input_configmap, check_secret
 
 GROUP, VERSION = "barge.dev", "v1alpha1"
@@ -40,17 +44,35 @@ class NotFound(LookupError):
     """A referenced object or key does not exist (yet)."""
 
 
+async def client_configuration(
+    environ: Mapping[str, str] | None = None, root: Path | None = None
+) -> client.Configuration:
+    """The client's settings: in a Pod, the same server, CA and token file as the operator's Kopf login
+    (login.in_cluster: KUBERNETES_SERVICE_HOST/PORT), the token re-read every minute by kubernetes_asyncio;
+    elsewhere the kubeconfig. Its own object, not the library's process-wide default."""
+    configuration = client.Configuration()
+    found = login.in_cluster(environ, root)
+    if found is not None and found.ca_path is not None:
+        try:
+            InClusterConfigLoader(
+                token_filename=str(found.token_path),
+                cert_filename=str(found.ca_path),
+                environ={login.HOST_ENV: found.host, login.PORT_ENV: found.port},
+            ).load_and_set(configuration)
+            return configuration
+        except config.ConfigException:
+            pass  # e.g. an empty token file: as before, try a kubeconfig
+    await config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
 class Kube:
     def __init__(self) -> None:
         self._api: client.ApiClient | None = None
 
     async def api(self) -> client.ApiClient:
         if self._api is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                await config.load_kube_config()
-            self._api = client.ApiClient()
+            self._api = client.ApiClient(await client_configuration())
         return self._api
 
     async def close(self) -> None:
