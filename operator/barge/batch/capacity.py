@@ -64,11 +64,17 @@ class Planned:
         return self.lines - self.rows
 
 
-def _low_space(free: int, limits: LedgerLimits) -> Refused:
+def _low_space(free: int, limits: LedgerLimits, write: int = 0) -> Refused:
+    floor = shown(limits.min_free_bytes)
+    if write:
+        where = f"and the plan's next write needs {shown(write)} above the {floor}"
+        then = "this plan was stopped and removed, and is tried again once space is freed"
+    else:
+        where, then = f"under the {floor}", "no job is planned until space is freed"
     return Refused(
         "LedgerFull",
-        f"the ledger's volume has {shown(free)} free, under the {shown(limits.min_free_bytes)} the admin keeps "
-        "free (policy ledger.minFreeBytes): no job is planned until space is freed; running jobs go on",
+        f"the ledger's volume has {shown(free)} free, {where} the admin keeps free (policy ledger.minFreeBytes): "
+        f"{then}; running jobs go on",
     )
 
 
@@ -158,7 +164,7 @@ async def plan(
         """In the plan's writer thread: room for this write twice (SQLite's WAL, then the database) above the floor."""
         free = free_bytes(ledger)
         if free is not None and free - WRITE_FACTOR * size < limits.min_free_bytes:
-            raise _Stop(_low_space(free, limits), seen[0])
+            raise _Stop(_low_space(free, limits, WRITE_FACTOR * size), seen[0])
 
     counted = _counted(lines, allowed, over, space_left, seen)
     try:
