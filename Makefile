@@ -9,10 +9,10 @@ CLUSTER_DIR := .barge/cluster
 # the server, monitoring tests), openssl (control-plane keys), git, nodejs (Azurite, the Azure Blob Storage emulator,
 # pinned in tools/azurite/package-lock.json; Debian's `npm` is added only when no npm is on PATH, as a nodejs from
 # elsewhere bundles its own); for the image and the local node (tools/image.py, localcluster.py up --node):
-# mmdebstrap and podman (the image without Docker), containerd, runc and socat. Add a package here; nothing else to
+# mmdebstrap and podman (the image without Docker), containerd, runc and the CNI loopback plugin. Add a package here; nothing else to
 # change.
 DEBIAN_PACKAGES := openssl git postgresql redis-server rabbitmq-server prometheus nodejs \
-  mmdebstrap podman uidmap fuse-overlayfs containerd runc socat
+  mmdebstrap podman uidmap fuse-overlayfs containerd runc containernetworking-plugins
 AZURITE := tools/azurite/node_modules/.stamp
 export PYTHONDONTWRITEBYTECODE := 1
 
@@ -91,8 +91,8 @@ test-unit: venv ## Unit tests only (no cluster, no network)
 tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver, kubectl, kube-controller-manager, helm, argocd
 	$(PYTHON) tools/localcluster.py build
 
-cluster-up: ## Start the local control plane (CONTROLLERS=1: with kube-controller-manager); writes .barge/kubeconfig
-	$(PYTHON) tools/localcluster.py up --dir $(CLUSTER_DIR) $(if $(CONTROLLERS),--controllers)
+cluster-up: ## Start the local control plane (CONTROLLERS=1: with kube-controller-manager; NODE=1: and a real node); writes .barge/kubeconfig
+	$(PYTHON) tools/localcluster.py up --dir $(CLUSTER_DIR) $(if $(CONTROLLERS),--controllers) $(if $(NODE),--node)
 	@mkdir -p .barge && cp $(CLUSTER_DIR)/kubeconfig .barge/kubeconfig
 	@echo "export KUBECONFIG=$(CURDIR)/.barge/kubeconfig PATH=$$(dirname $$($(PYTHON) tools/localcluster.py kubectl-path)):\$$PATH"
 

@@ -97,6 +97,18 @@ def archive_path() -> Path:
     return CACHE / f"barge-{_sources_hash()}.oci.tar"
 
 
+def latest_archive() -> Path | None:
+    """The archive of the current sources if built, else the newest one built (BARGE_IMAGE_ANY=1 only), else
+    None: a node never runs an image older than the code unless asked to."""
+    current = archive_path()
+    if current.exists():
+        return current
+    if os.environ.get("BARGE_IMAGE_ANY") == "1":
+        built = sorted(CACHE.glob("barge-*.oci.tar"), key=lambda p: p.stat().st_mtime)
+        return built[-1] if built else None
+    return None
+
+
 def _env() -> dict[str, str]:
     CACHE.mkdir(parents=True, exist_ok=True)
     conf = CACHE / "containers.conf"

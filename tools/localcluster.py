@@ -38,10 +38,16 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+try:  # tools/localnode.py, beside this file: `tools.localnode` when imported as a package (tests), else by path
+    from tools import localnode
+except ImportError:
+    import localnode  # type: ignore[no-redef]
+
 K8S_VERSION = "1.34.4"
 ETCD_VERSION = "3.6.16"
 HELM_VERSION = "4.3.2"
 ARGOCD_VERSION = "3.6.1"
+KEDA_VERSION = "2.21.0"
 ARGOCD_GOTOOLCHAIN = "go1.27.3"  # argo-cd v3.6 needs go >= 1.27; the toolchain comes from the module proxy
 
 # Without these every binary reports v0.0.0-master+$Format:%H$, which `kubectl version` and the kubelet's node
@@ -101,6 +107,8 @@ def binaries() -> dict[str, Path]:
         "kube-scheduler": k8s / "kube-scheduler",
         "helm": _bin_dir("helm", HELM_VERSION) / "helm",
         "argocd": _bin_dir("argocd", ARGOCD_VERSION) / "argocd",
+        "keda-operator": _bin_dir("keda", KEDA_VERSION) / "operator",
+        "keda-adapter": _bin_dir("keda", KEDA_VERSION) / "adapter",
     }
 
 
@@ -138,14 +146,33 @@ def _go_build_locked(
     print(f"built {module} in {time.monotonic() - started:.0f}s -> {out}", flush=True)
 
 
-def build(argocd: bool = True) -> dict[str, Path]:
+def build_keda() -> None:
+    """KEDA's operator and metrics adapter, for the local node (~12 min cold with the Kubernetes modules cached)."""
+    bins = binaries()
+    _go_build(
+        "keda",
+        bins["keda-operator"].parent,
+        ["github.com/kedacore/keda/v2/cmd/operator", "github.com/kedacore/keda/v2/cmd/adapter"],
+        ldflags=f"-X github.com/kedacore/keda/v2/version.Version={KEDA_VERSION}",
+    )
+
+
+def build(argocd: bool = True, keda: bool = False) -> dict[str, Path]:
     """Build (or reuse) every tool; `argocd=False` for callers that only need the control plane and helm."""
     bins = binaries()
+    if keda:
+        build_keda()
     _go_build("etcd", bins["etcd"].parent, ["./cmd/etcd"])
     _go_build(
         "k8s",
         bins["kube-apiserver"].parent,
-        ["./cmd/kube-apiserver", "./cmd/kubectl", "./cmd/kube-controller-manager", "./cmd/kubelet", "./cmd/kube-scheduler"],
+        [
+            "./cmd/kube-apiserver",
+            "./cmd/kubectl",
+            "./cmd/kube-controller-manager",
+            "./cmd/kubelet",
+            "./cmd/kube-scheduler",
+        ],
         ldflags=K8S_LDFLAGS,
     )
     _go_build(
@@ -254,16 +281,20 @@ def _write_kubeconfig(path: Path, server: str, token: str, ca: Path) -> None:
     path.chmod(0o600)
 
 
-def _start_controller_manager(directory: Path, bins: dict[str, Path]) -> None:
-    """Start kube-controller-manager (CONTROLLERS) against the running API server; record it for down()."""
+def _start_controller_manager(directory: Path, bins: dict[str, Path], node: bool = False) -> None:
+    """Start kube-controller-manager (CONTROLLERS, and a node's with `node`) against the running API server;
+    record it for down()."""
     pki = directory / "pki"
+    controllers = CONTROLLERS + (localnode.NODE_CONTROLLERS if node else ())
+    extra = localnode.CONTROLLER_ARGS if node else ()
     port = _free_port()
     log = (directory / "kube-controller-manager.log").open("ab")
     proc = subprocess.Popen(
         [
             str(bins["kube-controller-manager"]),
             f"--kubeconfig={directory / 'kubeconfig'}",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(controllers)}",
+            *extra,
             "--leader-elect=false",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'apiserver.crt'}",
@@ -288,12 +319,24 @@ def _start_controller_manager(directory: Path, bins: dict[str, Path]) -> None:
         time.sleep(0.25)
 
 
-def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False, apiserver_args: tuple[str, ...] = ()) -> Cluster:
+def up(
+    directory: Path = DEFAULT_DIR,
+    *,
+    controllers: bool = False,
+    apiserver_args: tuple[str, ...] = (),
+    node: bool = False,
+    images: dict[str, Path] | None = None,
+) -> Cluster:
     """Start etcd + kube-apiserver, and kube-controller-manager with `controllers` (or reuse what already runs
     from this directory, adding the controllers if asked). `apiserver_args` are added to kube-apiserver's flags
-    (the operator benchmark's audit log)."""
+    (the operator benchmark's audit log). `node`: a real node too (tools/localnode.py: kubelet, scheduler,
+    containerd; implies the controllers), with `images` ({base name: OCI archive}) imported besides the pause
+    image; the default imports Barge's image from `make image` when it is built."""
     bins = build(argocd=False)
     directory = directory.resolve()
+    if node:
+        controllers = True
+        localnode.claim_machine(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = _state(directory)
     if state is not None:
@@ -301,6 +344,9 @@ def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False, apiserver_ar
         token = (directory / ADMIN_TOKEN_NAME).read_text().strip()
         if all(_alive(p) for p in pids) and _healthy(str(state["server"]), token):
             print(f"control plane already running at {state['server']}", flush=True)
+            if node and not (directory / "node" / "state.json").exists():
+                down(directory)  # a node needs flags the running API server was not started with
+                return up(directory, controllers=True, apiserver_args=apiserver_args, node=True, images=images)
             if controllers and "controller_manager" not in state:
                 _start_controller_manager(directory, bins)
             return Cluster(directory, str(state["server"]), directory / "kubeconfig", bins["kubectl"])
@@ -321,6 +367,7 @@ def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False, apiserver_ar
         f'{token},barge-admin,barge-admin,"system:masters"\n{os.urandom(16).hex()},barge-nobody,barge-nobody\n'
     )
 
+    node_pki = localnode.make_pki(directory) if node else None
     etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
     etcd_log = (directory / "etcd.log").open("ab")
     etcd = subprocess.Popen(
@@ -360,8 +407,12 @@ def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False, apiserver_ar
             "--advertise-address=127.0.0.1",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
-            "--authorization-mode=RBAC",
+            # No node, no Pod ever runs: ServiceAccount admission would only wait for token controllers.
+            *(
+                localnode.apiserver_args(node_pki)
+                if node_pki
+                else ("--disable-admission-plugins=ServiceAccount", "--authorization-mode=RBAC")
+            ),
             f"--token-auth-file={pki / 'tokens.csv'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa_key}",
@@ -400,10 +451,18 @@ def up(directory: Path = DEFAULT_DIR, *, controllers: bool = False, apiserver_ar
             raise RuntimeError(f"namespace default never appeared: {probe.stderr.strip()}")
         time.sleep(0.25)
     if controllers:
-        _start_controller_manager(directory, bins)
+        _start_controller_manager(directory, bins, node=node)
+    node_seconds = 0.0
+    if node:
+        try:
+            node_seconds = localnode.start(directory, kubeconfig, bins, _node_images(images))
+        except BaseException:
+            down(directory)
+            raise
     print(
         f"control plane up at {server} in {time.monotonic() - started:.1f}s "
-        f"(etcd {ETCD_VERSION}, kube-apiserver {K8S_VERSION}{', kube-controller-manager' if controllers else ''}); "
+        f"(etcd {ETCD_VERSION}, kube-apiserver {K8S_VERSION}{', kube-controller-manager' if controllers else ''}"
+        f"{f'; node {localnode.NODE_NAME} Ready in {node_seconds:.1f}s' if node else ''}); "
         f"KUBECONFIG={kubeconfig}",
         flush=True,
     )
@@ -414,6 +473,8 @@ def down(directory: Path = DEFAULT_DIR) -> None:
     """Stop the processes this directory's state names (kube-controller-manager first), then remove the state
     (etcd data included)."""
     state = _state(directory)
+    if state is not None and (directory / "node" / "state.json").exists():
+        localnode.stop(directory, directory / "kubeconfig", binaries()["kubectl"])
     if state is not None:
         for pid in [int(p) for p in state["pids"]]:  # type: ignore[attr-defined]
             with contextlib.suppress(OSError):
@@ -430,21 +491,41 @@ def down(directory: Path = DEFAULT_DIR) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def _node_images(images: dict[str, Path] | None) -> dict[str, Path]:
+    """The pause image (built from the module's C source) and the caller's, or Barge's image when it is built."""
+    pause = localnode.build_pause(CACHE, Path(_go_env("GOMODCACHE")), K8S_VERSION)
+    chosen = {localnode.PAUSE_IMAGE.rsplit(":", 1)[0]: localnode._pause_archive(pause)}
+    if images is None:
+        try:  # tools/image.py; podman is only needed with a node
+            from tools import image
+        except ImportError:
+            import image  # type: ignore[no-redef]
+
+        built = image.latest_archive()
+        images = {image.TAG.rsplit(":", 1)[0]: built} if built else {}
+    return {**chosen, **images}
+
+
+def _go_env(name: str) -> str:
+    return subprocess.run(["go", "env", name], check=True, capture_output=True, text=True).stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["build", "up", "down", "token", "kubectl-path"])
     parser.add_argument("args", nargs="*")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--controllers", action="store_true", help="also run kube-controller-manager (up)")
+    parser.add_argument("--node", action="store_true", help="also run a real node: kubelet + containerd (up)")
     opts = parser.parse_args(argv)
     if opts.command == "build":
         started = time.monotonic()
-        bins = build()
+        bins = build(keda=True)
         print(f"binaries ready in {time.monotonic() - started:.1f}s: " + " ".join(str(p) for p in bins.values()))
     elif opts.command == "kubectl-path":
         print(build(argocd=False)["kubectl"])
     elif opts.command == "up":
-        up(opts.dir, controllers=opts.controllers)
+        up(opts.dir, controllers=opts.controllers, node=opts.node)
     elif opts.command == "down":
         down(opts.dir)
         print("control plane stopped")
