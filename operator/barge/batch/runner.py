@@ -90,8 +90,7 @@ class JobRunner:
         if row["spec_hash"] != self.job.spec_hash and not row["fatal"]:
             self._fail(
                 "the ledger holds this job with a different spec; immutable fields cannot change "
-                "(use a new name or a new ledger)",
-                write=False,
+                "(use a new name or a new ledger)"
             )
         row = self.ledger.job(key) or row
         if row["phase"] == STOPPING:
@@ -103,7 +102,7 @@ class JobRunner:
         if row["phase"] == NOT_ADMITTED:  # a template that can never plan: not re-planned (the spec is immutable)
             cutoff = self.job.spec.deadline
             if cutoff is not None and self.clock() >= cutoff.timestamp():
-                self._fail(f"deadline passed without admission: {row['fatal']}", write=False)
+                self._fail(f"deadline passed without admission: {row['fatal']}")
             return self.snapshot()
         if not row["planned"]:
             if self.budget.unpriced:  # not admitted: the snapshot says which price is missing
@@ -406,16 +405,14 @@ class JobRunner:
         live = [b["batch_id"] for b in self.ledger.batches_of(self.job.key, live_only=True)]
         if live:
             message += f"; batches not collected (kept in the ledger): {', '.join(live[:20])}"
-        self._fail(message, write=False)
+        self._fail(message)
         await self._failed_outputs()
         await self._clean_up()
 
-    def _fail(self, message: str, *, write: bool = True) -> None:
+    def _fail(self, message: str) -> None:
+        """The job is Failed; a caller with outputs to write then awaits `_failed_outputs` (off the loop)."""
         self.ledger.set_job(self.job.key, fatal=message, phase="Failed", completed_at=self.clock())
         self.on_event("Failed", message, "Warning")
-        if write:
-            write_outputs(self.ledger, self.job.key, self.job.spec.output.url, self.job.storage)
-            retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
 
     async def _failed_outputs(self) -> None:
         """A failed job's outputs, off the engine loop (batch/offloop.py), then its texts dropped."""
@@ -461,6 +458,7 @@ class JobRunner:
         good = counts.get("succeeded", 0) + counts.get("refused", 0)
         if total == 0:
             self._fail("the input has no items")
+            await self._failed_outputs()
             return
         ratio = Decimal(good) / Decimal(total)
         phase = "Succeeded" if ratio >= self.job.spec.ratio else "Failed"
