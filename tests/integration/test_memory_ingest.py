@@ -9,7 +9,8 @@ against its RSS just before the step. `RLIMIT_AS` is not used: the SDK's imports
 space, and every thread the step starts adds an 8 MiB stack and a 64 MiB malloc arena of address space that is
 never touched, so an address-space limit measures the thread count, not the memory. The bound is on RSS growth.
 
-Runtime: the 100,000-result test takes ~60-90 s on this shared 2-core machine (planning and submission included).
+Runtime: the 100,000-result test is slow, 3-4 minutes on a shared 2-core machine (planning and submitting 100,000
+requests, the emulator rendering 430 MB of results, then the measured ingestion and results.jsonl, ~2 minutes).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BARGE = [sys.executable, "-m", "barge.cli"]
 MIB = 1 << 20
-#: The review's bound for the whole ingestion's growth (C2: "expects a peak under 200 MiB"); the fixed code needs
-#: well under half of it (see the README's sizing rule).
+#: Growth allowed for the whole step (ingestion, then results.jsonl): measured +85-100 MiB with the fixed code (the
+#: README's sizing rule), +490 MiB before; the review asked for a peak under 200 MiB.
 INGEST_GROWTH_MIB = 128
 REPLY = 4096  # characters of each answer: the emulator's prefix and the prompt repeated
 
@@ -163,6 +166,7 @@ async def plan_and_submit(tmp: Path, url: str, n: int) -> None:
 PROFILE = f"batch: {{processingSeconds: 0.5, replyChars: {REPLY - 16}, replyRepeat: true}}\nsync: {{latencyMs: 1}}\n"
 
 
+@pytest.mark.timeout(900)  # slow: 3-5 minutes on a shared 2-core machine (module docstring)
 async def test_ingesting_100k_results_of_4kb_stays_within_a_fixed_memory_bound(tmp_path: Path) -> None:
     n = 100_000
     with emulator(tmp_path, PROFILE) as url:

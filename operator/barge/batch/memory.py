@@ -33,7 +33,7 @@ CGROUP = Path("/sys/fs/cgroup")
 #: A v1 limit at or above this is "no limit" (the kernel reports 2**63 rounded down to a page).
 UNLIMITED = 1 << 60
 #: Result text (characters) all ingestions of the process may hold at once: two full chunks (ingest.CHUNK_BYTES).
-INGEST_TEXT = 64 << 20
+INGEST_TEXT = 32 << 20
 
 
 def container_limit(root: Path = CGROUP) -> int | None:
