@@ -97,7 +97,13 @@ class OperatorConfig:
     """Image of queue-worker pods (`barge worker`); normally the operator's own (BARGE_WORKER_IMAGE)."""
     pool_endpoint_template: str = "http://{name}.{namespace}.svc:8000/v1"
     """How the operator reaches an engine pool's Service (BARGE_POOL_ENDPOINT_TEMPLATE; override it when the
-    operator runs outside the cluster, e.g. through a port-forward)."""
+    operator runs outside the cluster, e.g. through a port-forward). {name}, {namespace} and {port} (the pool's
+    spec.engine.port) are filled in: `http://127.0.0.1:{port}/v1` on a one-node lab with the host's network."""
+    pod_host_network: bool = False
+    """The pods Barge generates (vLLM engines, queue workers) use the node's network (BARGE_POD_HOST_NETWORK=true):
+    hostNetwork with dnsPolicy ClusterFirstWithHostNet, for clusters with no Pod network (single-node labs, edge).
+    An engine pod then listens on the node at its spec.engine.port; a worker declares no port and serves its
+    metrics on one the kernel picks (replicas on one node would otherwise collide on one host port)."""
     policy: Policy = field(default_factory=Policy)
     """What tenants may do (BARGE_POLICY_FILE, a YAML document the chart mounts; BARGE_ALLOWED_FILE_ROOTS are
     added to its storage prefixes). Without a file: no storage URL, no endpoint beyond the providers' own."""
@@ -123,6 +129,7 @@ class OperatorConfig:
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
             "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
+            "pod_host_network": _flag(env.get("BARGE_POD_HOST_NETWORK", "")),
             "peering_priority": peering_priority(env.get("BARGE_PEERING_PRIORITY", str(cls.peering_priority))),
             "peering_lifetime": int(env.get("BARGE_PEERING_LIFETIME", cls.peering_lifetime)),
             "ledger_purge_seconds": float(env.get("BARGE_LEDGER_PURGE_SECONDS", cls.ledger_purge_seconds)),

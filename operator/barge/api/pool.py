@@ -89,6 +89,13 @@ class EngineSpec(Model):
     model_cache: ModelCache | None = Field(None, description="PVC for model weights.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Hugging Face token for gated models.")
     startup_seconds: int = Field(1800, ge=60, description="Startup-probe budget while weights load.")
+    port: int = Field(
+        8000,
+        ge=1024,
+        le=65535,
+        description="Port vLLM listens on. With the operator's pod host network (BARGE_POD_HOST_NETWORK) it is a port "
+        "of the node: give each pool on a node its own. The pool's Service keeps port 8000.",
+    )
     service_monitor: bool = Field(False, description="Also create a Prometheus Operator ServiceMonitor.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector for the pods.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Extra tolerations.")

@@ -15,6 +15,7 @@ from typing import Any
 from barge.api.pool import PROFILE_BATCHED_TOKENS, EngineSpec, InferencePool
 
 PORT = 8000
+"""The pool's Service port (spec.engine.port, the engines' own, defaults to it too)."""
 PENDING_METRIC = "barge_pool_pending_requests"
 """The operator's gauge of requests waiting for an engine pool (operator/metrics.py), read by its ScaledObject."""
 MANAGED_BY = "barge"
@@ -121,7 +122,7 @@ def vllm_args(model: str, engine: EngineSpec) -> list[str]:
         "--host",
         "0.0.0.0",
         "--port",
-        str(PORT),
+        str(engine.port),
         "--tensor-parallel-size",
         str(engine.tensor_parallel_size or max(engine.gpus, 1)),
         "--max-num-batched-tokens",
@@ -137,7 +138,15 @@ def vllm_args(model: str, engine: EngineSpec) -> list[str]:
     return args + list(a.extra)
 
 
-def build_deployment(pool: InferencePool) -> dict[str, Any]:
+def host_network_fields(host_network: bool) -> dict[str, Any]:
+    """A generated pod's network with the operator's BARGE_POD_HOST_NETWORK: the node's, and cluster DNS first
+    (without ClusterFirstWithHostNet a hostNetwork pod gets the node's resolv.conf). Empty: the Pod network."""
+    return {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"} if host_network else {}
+
+
+def build_deployment(pool: InferencePool, *, host_network: bool = False) -> dict[str, Any]:
+    """The vLLM Deployment. `host_network`: the pods use the node's network, so spec.engine.port is a port of the
+    node (the scheduler puts one replica per port on a node)."""
     engine = pool.spec.engine
     assert engine is not None
     name = str(pool.metadata["name"])
@@ -161,7 +170,7 @@ def build_deployment(pool: InferencePool) -> dict[str, Any]:
         "name": "vllm",
         "image": engine.image,
         "args": vllm_args(pool.spec.model, engine),
-        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}],
         "env": env,
         "resources": resources,
         "volumeMounts": [
@@ -187,6 +196,7 @@ def build_deployment(pool: InferencePool) -> dict[str, Any]:
         "template": {
             "metadata": {"labels": labels_for(pool)},
             "spec": {
+                **host_network_fields(host_network),
                 "containers": [container],
                 # the engine never talks to the API server: no token in the pod
                 "automountServiceAccountToken": False,
@@ -342,16 +352,17 @@ def build_gateway_pool(pool: InferencePool) -> dict[str, Any] | None:
         "apiVersion": "inference.networking.k8s.io/v1",
         "kind": "InferencePool",
         "metadata": object_meta(pool, names(name)["gateway"]),
-        "spec": {"selector": {"matchLabels": selector(name)}, "targetPorts": [{"number": PORT}]},
+        "spec": {"selector": {"matchLabels": selector(name)}, "targetPorts": [{"number": pool.spec.engine.port}]},
     }
 
 
-def build_children(pool: InferencePool, prometheus_url: str) -> list[dict[str, Any]]:
-    """Every child an engine pool should have right now (a provider pool has none)."""
+def build_children(pool: InferencePool, prometheus_url: str, *, host_network: bool = False) -> list[dict[str, Any]]:
+    """Every child an engine pool should have right now (a provider pool has none); `host_network`: the operator's
+    BARGE_POD_HOST_NETWORK."""
     if pool.spec.engine is None:
         return []
     built = [
-        build_deployment(pool),
+        build_deployment(pool, host_network=host_network),
         build_service(pool),
         build_pvc(pool),
         build_pdb(pool),
@@ -363,6 +374,15 @@ def build_children(pool: InferencePool, prometheus_url: str) -> list[dict[str, A
 
 
 def endpoint(pool: InferencePool, template: str = "http://{name}.{namespace}.svc:8000/v1") -> str:
+    """Where the operator (and the pool's workers) send requests: a provider pool's base URL, else `template`
+    (BARGE_POOL_ENDPOINT_TEMPLATE) with the pool's Service {name}, its {namespace} and the engines' {port}.
+
+    The default goes through the Service. Where the pods use the host's network on a node with only loopback
+    addresses (Endpoints refuse 127.0.0.1, so that Service has none), `http://127.0.0.1:{port}/v1` reaches the
+    engine on the operator's own node."""
     if pool.spec.provider is not None:
         return pool.spec.provider.base_url
-    return template.format(name=names(str(pool.metadata["name"]))["service"], namespace=pool.metadata["namespace"])
+    port = pool.spec.engine.port if pool.spec.engine is not None else PORT
+    return template.format(
+        name=names(str(pool.metadata["name"]))["service"], namespace=pool.metadata["namespace"], port=port
+    )

@@ -18,9 +18,14 @@ from typing import Any
 import yaml
 
 from barge.api.pool import InferencePool, Worker
-from barge.k8s.pool import MANAGED_BY, bounded, endpoint, inherited_labels, object_meta
+from barge.k8s.pool import MANAGED_BY, bounded, endpoint, host_network_fields, inherited_labels, object_meta
 
 WORKER_PORT = 9100
+"""The metrics port of a worker pod on the Pod network, declared as the named port `metrics` (the chart's
+PodMonitor scrapes it). On the host's network (BARGE_POD_HOST_NETWORK) a declared port is a host port and the
+scheduler fits one replica per node, so there no port is declared and each replica serves its metrics on a port
+the kernel picks (metricsPort 0 in its config; the worker logs it)."""
+EPHEMERAL_PORT = 0
 HEADROOM = 0.95
 WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 
@@ -91,7 +96,13 @@ def worker_names(pool: str, worker: str) -> dict[str, str]:
 
 
 def worker_config(
-    pool: InferencePool, worker: Worker, cap: Cap, endpoint_template: str, tenancy: WorkerTenancy | None = None
+    pool: InferencePool,
+    worker: Worker,
+    cap: Cap,
+    endpoint_template: str,
+    tenancy: WorkerTenancy | None = None,
+    *,
+    host_network: bool = False,
 ) -> dict[str, Any]:
     """What `barge worker --config` reads (mounted from the ConfigMap). Secrets are referenced, never inlined."""
     provider = pool.spec.provider
@@ -114,7 +125,7 @@ def worker_config(
             "tokensPerMinute": cap.tokens_per_minute,
             "tokensPerRequest": worker.tokens_per_request,
         },
-        "metricsPort": WORKER_PORT,
+        "metricsPort": EPHEMERAL_PORT if host_network else WORKER_PORT,
     }
     if tenancy is not None:
         config["tenant"] = tenancy.tenant
@@ -124,10 +135,17 @@ def worker_config(
 
 
 def build_worker_configmap(
-    pool: InferencePool, worker: Worker, cap: Cap, endpoint_template: str, tenancy: WorkerTenancy | None = None
+    pool: InferencePool,
+    worker: Worker,
+    cap: Cap,
+    endpoint_template: str,
+    tenancy: WorkerTenancy | None = None,
+    *,
+    host_network: bool = False,
 ) -> dict[str, Any]:
     n = worker_names(str(pool.metadata["name"]), worker.name)
-    text = yaml.safe_dump(worker_config(pool, worker, cap, endpoint_template, tenancy), sort_keys=True)
+    config = worker_config(pool, worker, cap, endpoint_template, tenancy, host_network=host_network)
+    text = yaml.safe_dump(config, sort_keys=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -154,7 +172,11 @@ def _wmeta(pool: InferencePool, worker: Worker, name: str) -> dict[str, Any]:
     return object_meta(pool, name, labels)
 
 
-def build_worker_deployment(pool: InferencePool, worker: Worker, image: str) -> dict[str, Any]:
+def build_worker_deployment(
+    pool: InferencePool, worker: Worker, image: str, *, host_network: bool = False
+) -> dict[str, Any]:
+    """The worker's Deployment; `host_network` (BARGE_POD_HOST_NETWORK): the node's network and no declared port
+    (see WORKER_PORT), so KEDA can run many replicas on one node."""
     n = worker_names(str(pool.metadata["name"]), worker.name)
     env: list[dict[str, Any]] = []
     if pool.spec.provider is not None:
@@ -164,6 +186,7 @@ def build_worker_deployment(pool: InferencePool, worker: Worker, image: str) -> 
         ref = worker.queue.auth_secret_ref
         env.append({"name": "BARGE_QUEUE_SECRET", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     meta = _wmeta(pool, worker, n["deployment"])
+    ports = {} if host_network else {"ports": [{"name": "metrics", "containerPort": WORKER_PORT}]}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -173,6 +196,7 @@ def build_worker_deployment(pool: InferencePool, worker: Worker, image: str) -> 
             "template": {
                 "metadata": {"labels": {**meta["labels"]}},
                 "spec": {
+                    **host_network_fields(host_network),
                     "terminationGracePeriodSeconds": 60,  # finish or abandon in-flight messages
                     "containers": [
                         {
@@ -180,7 +204,7 @@ def build_worker_deployment(pool: InferencePool, worker: Worker, image: str) -> 
                             "image": image,
                             "args": ["worker", "--config", "/etc/barge/worker.yaml"],
                             "env": env,
-                            "ports": [{"name": "metrics", "containerPort": WORKER_PORT}],
+                            **ports,
                             "volumeMounts": [{"name": "config", "mountPath": "/etc/barge", "readOnly": True}],
                             "resources": WORKER_RESOURCES,
                             "securityContext": {

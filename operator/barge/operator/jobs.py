@@ -208,6 +208,7 @@ async def reconcile_pool(ctx: Context, body: Any) -> None:
         secret_exists,
         ctx.config.worker_image,
         admit=lambda pool: admission.admit_pool(ctx.kube, ctx.config.policy, pool),
+        host_network=ctx.config.pod_host_network,
     )
     old = dict(body.get("status") or {})
     if status_.changed(old, new):

@@ -108,6 +108,8 @@ async def reconcile_workers(
     image: str,
     endpoint_template: str,
     tenancy: workers.WorkerTenancy | None = None,
+    *,
+    host_network: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Apply every worker's ConfigMap, Deployment, ScaledObject (+ TriggerAuthentication); drop removed ones."""
     meta = pool.metadata
@@ -117,8 +119,8 @@ async def reconcile_workers(
         cap = caps[worker.name]
         n = workers.worker_names(str(meta["name"]), worker.name)
         children = [
-            workers.build_worker_configmap(pool, worker, cap, endpoint_template, tenancy),
-            workers.build_worker_deployment(pool, worker, image),
+            workers.build_worker_configmap(pool, worker, cap, endpoint_template, tenancy, host_network=host_network),
+            workers.build_worker_deployment(pool, worker, image, host_network=host_network),
             workers.build_trigger_auth(pool, worker),
         ]
         hpa = conflicting_hpa(hpas, n["deployment"])
@@ -182,8 +184,11 @@ async def reconcile(
     secret_exists: Any,
     worker_image: str = "barge-operator:0.1.0",
     admit: Callable[[InferencePool], Awaitable[workers.WorkerTenancy]] | None = None,
+    *,
+    host_network: bool = False,
 ) -> dict[str, Any]:
-    """Bring the children in line with the spec and return the pool's new status."""
+    """Bring the children in line with the spec and return the pool's new status. `host_network`: the generated
+    pods use the node's network (BARGE_POD_HOST_NETWORK)."""
     meta = body["metadata"]
     generation = int(meta.get("generation") or 0)
     old = dict(body.get("status") or {})
@@ -218,7 +223,9 @@ async def reconcile(
         except NotFound as exc:
             conds = [_cond("Ready", False, "SecretNotFound", str(exc))]
         hpas = await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", meta["namespace"])
-        worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template, tenancy)
+        worker_status, wconds = await reconcile_workers(
+            objects, pool, hpas, worker_image, endpoint_template, tenancy, host_network=host_network
+        )
         return {
             **_status(old, generation, _combine(conds + wconds), 0, endpoint),
             "quota": quota,
@@ -227,7 +234,7 @@ async def reconcile(
 
     namespace = meta["namespace"]
     n = builders.names(meta["name"])
-    children = builders.build_children(pool, prometheus_url)
+    children = builders.build_children(pool, prometheus_url, host_network=host_network)
     hpas = await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", namespace)
     hpa = conflicting_hpa(hpas, n["deployment"])
     if hpa is not None and pool.spec.engine is not None and pool.spec.engine.autoscaling is not None:
@@ -254,7 +261,9 @@ async def reconcile(
         if existing:
             await objects.delete(api_version, kind, namespace, n[role])
     ready, dconds = deployment_conditions(await objects.get("apps/v1", "Deployment", namespace, n["deployment"]), pool)
-    worker_status, wconds = await reconcile_workers(objects, pool, hpas, worker_image, endpoint_template, tenancy)
+    worker_status, wconds = await reconcile_workers(
+        objects, pool, hpas, worker_image, endpoint_template, tenancy, host_network=host_network
+    )
     return {
         **_status(old, generation, _combine(conds + dconds + wconds), ready, endpoint),
         "quota": quota,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client import start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 
 from barge.providers import make_provider
 from barge.workers.queues import Queue, RabbitMQ, RedisStreams, ServiceBus
@@ -37,6 +37,18 @@ def make_queue(config: dict[str, Any]) -> Queue:
     raise ValueError(f"unknown queue type {q['type']!r}")
 
 
+def serve_metrics(config: dict[str, Any], registry: CollectorRegistry) -> int | None:
+    """Serve /metrics on the config's metricsPort and return the port; none without one. 0 is a port the kernel
+    picks: the operator writes 0 for pods on the host's network (k8s/workers.py WORKER_PORT), where replicas on
+    one node must not share a port. The port is logged, as nothing else names it."""
+    if config.get("metricsPort") is None:
+        return None
+    server, _ = start_http_server(int(config["metricsPort"]), registry=registry)
+    port = int(server.server_port)
+    logging.getLogger("barge.worker").info("metrics on port %d", port)
+    return port
+
+
 def run(config_path: Path) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -49,8 +61,7 @@ def run(config_path: Path) -> None:
         api_version=provider_cfg.get("apiVersion", ""),
     )
     metrics = Metrics(pool=str(config.get("pool", "")), worker=str(config.get("worker", "")))
-    if config.get("metricsPort"):
-        start_http_server(int(config["metricsPort"]), registry=metrics.registry)
+    serve_metrics(config, metrics.registry)
     worker = Worker(make_queue(config), provider, WorkerSettings.from_config(config), metrics)
 
     async def main() -> None:
