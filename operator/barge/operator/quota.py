@@ -3,13 +3,12 @@
 The rules are pure (batch/admission_queue.py). This module keeps, per deployment (provider type, endpoint and
 model or Azure deployment name) and tenant, or per deployment alone when the admin's policy lists it as shared
 (`admission.sharedDeployments`, with its quota: barge/admission_policy.py says why), the jobs waiting to create
-batches; asks the rules at each job's turn, with each job's priority bounded by the admin's policy for its
-tenant; and holds the
-deployment's lock while the admitted shards are created, so two jobs never take the same room. What is in flight
-is read from the ledger (every job on the deployment carries its key there, see ledger/quota.py), so a restart
-loses only the waiting list, which the job daemons rebuild at their next step; the admission window (a job waits
-`BARGE_ADMISSION_GATHER_SECONDS` in the queue before it may go) lets jobs arriving together, or re-registering
-after a restart, be ordered by the rules rather than by who stepped first.
+batches; asks the rules at each job's turn, each job's priority bounded by the admin's policy for its tenant;
+and holds the deployment's lock while the admitted shards are created, so two jobs never take the same room.
+What is in flight is read from the ledger (every job on the deployment carries its key there, see
+ledger/quota.py), so a restart loses only the waiting list, which the job daemons rebuild at their next step;
+the admission window (a job waits `BARGE_ADMISSION_GATHER_SECONDS` in the queue before it may go) lets jobs
+arriving together, or re-registering after a restart, be ordered by the rules rather than by who stepped first.
 
 One process decides: with several operator replicas only the Kopf peering leader runs handlers, so the queue in
 its memory is the whole queue. Inside it, job steps run on several engine loops (threads, operator/engine.py) and
@@ -192,11 +191,10 @@ class Queues:
         at = scoped(at, tenant, policy)
         with self.mutex:
             dep = self.deployments.setdefault(at.key, _Deployment(at.key))
-        gate = JobGate(
-            self, ledger, dep, job_key, tenant, priority, created, namespace, at, gather, backoff, ttl, halted
+        bound = policy.priority_bound(tenant)
+        return JobGate(
+            self, ledger, dep, job_key, tenant, priority, created, namespace, at, gather, backoff, ttl, halted, bound
         )
-        gate.priority = min(priority, policy.priority_bound(tenant))
-        return gate
 
     def leave(self, job_key: str) -> None:
         """The job no longer waits anywhere (deleted, suspended, finished, or gone to the synchronous path)."""
@@ -252,11 +250,14 @@ class JobGate:
         backoff: float,
         ttl: float,
         halted: Callable[[], bool],
+        priority_bound: int = admission_policy.PRIORITY_MAX,
     ) -> None:
         self.queues, self.ledger, self.dep, self.key = queues, ledger, dep, job_key
-        self.tenant, self.priority, self.created, self.namespace, self.at = tenant, priority, created, namespace, at
+        self.tenant, self.created, self.namespace, self.at = tenant, created, namespace, at
+        self.priority = min(priority, priority_bound)
+        """spec.priority as far as the admin lets it count between tenants."""
         self.own_priority = priority
-        """spec.priority in full: it orders the tenant's own jobs; `priority` (bounded by the admin) the rest."""
+        """spec.priority in full: it orders the tenant's own jobs."""
         self.gather, self.backoff, self.ttl = gather, backoff, ttl
         self.turned = False
         """The engine reached submission in this step (else the job is not waiting: it leaves the queue)."""
