@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 from barge.batch import faults, planner
 from barge.batch.plan_input import InputStalled
 from barge.ledger import Ledger
+from barge.storage import StorageError, StoragePolicy, read_lines
 
 SPEC = {
     "provider": {"type": "anthropic", "model": "claude-haiku-4-5", "secretRef": {"name": "k"}},
@@ -63,6 +64,23 @@ def test_h7_an_input_that_gives_nothing_fails_the_plan_and_takes_no_loop_thread(
     assert all("the input gave nothing for 1 s" in s and "StorageError transient=True" in s for s in said), said
     # the loop's default executor does not grow with the attempts (ba0610c: one more blocked thread each)
     assert len({s.rsplit("=", 1)[1] for s in said}) == 1, said
+
+
+def test_h7_the_reviews_probe_a_fifo_under_the_tenants_prefix_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    """p_fifo.py as the review ran it: `read_lines` of a FIFO under the tenant's own file:// prefix."""
+    root = tmp_path / "data" / "acme" / "in"
+    root.mkdir(parents=True)
+    os.mkfifo(root / "claims.jsonl")
+    policy = StoragePolicy(prefixes=(f"file://{tmp_path}/data/acme/",))
+    url = f"file://{root}/claims.jsonl"
+    ledger = Ledger(str(tmp_path / "l.db"))
+    ledger.ensure_job("acme/j/u", "h", "acme", "claude-haiku-4-5")
+    limits = planner.PlanLimits(wall_seconds=60, read_seconds=30)
+    try:
+        with pytest.raises(StorageError, match="not a regular file"):
+            asyncio.run(planner.plan("acme/j/u", WHAT, lambda: read_lines(url, policy), ledger, limits))
+    finally:
+        release_readers(root / "claims.jsonl")
 
 
 def release_readers(fifo: Path) -> None:
