@@ -88,7 +88,7 @@ test-unit: venv ## Unit tests only (no cluster, no network)
 	$(PY) -m pytest -q tests/unit
 
 ##@ Local control plane (etcd + kube-apiserver built from Go modules)
-tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver, kubectl, kube-controller-manager, helm, argocd
+tools: ## Build (or reuse from ~/.cache/barge/bin) etcd, kube-apiserver, kubectl, kube-controller-manager, kubelet, kube-scheduler, helm, argocd, KEDA
 	$(PYTHON) tools/localcluster.py build
 
 cluster-up: ## Start the local control plane (CONTROLLERS=1: with kube-controller-manager; NODE=1: and a real node); writes .barge/kubeconfig

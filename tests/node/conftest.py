@@ -36,6 +36,10 @@ def barge_image() -> Path:
 
 @pytest.fixture(scope="session")
 def node(barge_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[localcluster.Cluster]:
+    reuse = os.environ.get("BARGE_TEST_NODE_DIR")  # a node started by `localcluster.py up --node --dir D`, kept
+    if reuse:
+        yield localcluster.up(Path(reuse), node=True)
+        return
     directory = tmp_path_factory.mktemp("node")
     sysctls = {name: (Path("/proc/sys") / name).read_text() for name in localnode.SYSCTLS}
     started = time.monotonic()

@@ -1,0 +1,237 @@
+"""The chart as a platform team installs it, on a real node: `helm install` with the image `make image` built, the
+operator Pod Ready through its own probes as UID 10001 on a read-only root filesystem, the claims sample taken to
+Succeeded against an emulator Pod (Barge's image running `barge emulator`), a force-deleted operator Pod replaced
+and resumed from the SQLite ledger on its PVC with one batch per shard, and `helm uninstall` leaving no Pod but
+the CRDs, the jobs and the ledger's PVC.
+
+Real parts only: real Pod status from the kubelet, real probes, a PVC bound to a hostPath PV by the PV binder.
+The node's network rule applies (every Pod host-network, on loopback, tools/localnode.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tools import localcluster
+
+from tests.node.conftest import REPO, free_port, get_json, pod_ready, wait_for
+
+NAMESPACE = "barge-system"
+TENANT_NS = "claims"
+RELEASE = "barge"
+CLAIMS = 600
+NO_FAULTS_BUT_ONE_LOST_CREATE = "seed: 7\nbatch:\n  processingSeconds: 6\n  createFailuresAfterAccept: 1\n"
+
+
+def _helm(node: localcluster.Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    helm = localcluster.build(argocd=False)["helm"]
+    return subprocess.run([str(helm), *args], env=node.env(), check=True, capture_output=True, text=True, timeout=300)
+
+
+def _apply(node: localcluster.Cluster, *objects: dict[str, Any]) -> None:
+    node.run_kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def _emulator_pod(name: str, port: int, profile: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-profile", "namespace": TENANT_NS},
+            "data": {"profile.yaml": profile},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": TENANT_NS, "labels": {"app": name}},
+            "spec": {
+                "hostNetwork": True,
+                "dnsPolicy": "ClusterFirstWithHostNet",
+                "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
+                "containers": [
+                    {
+                        "name": "emulator",
+                        "image": "localhost/barge:dev",
+                        "imagePullPolicy": "Never",
+                        "args": [
+                            "emulator",
+                            "--host",
+                            "127.0.0.1",
+                            "--port",
+                            str(port),
+                            "--profile",
+                            "/p/profile.yaml",
+                        ],
+                        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+                        "readinessProbe": {
+                            "httpGet": {"host": "127.0.0.1", "port": port, "path": "/_emulator/state"},
+                            "periodSeconds": 1,
+                        },
+                        "volumeMounts": [{"name": "profile", "mountPath": "/p"}],
+                    }
+                ],
+                "volumes": [{"name": "profile", "configMap": {"name": f"{name}-profile"}}],
+            },
+        },
+    ]
+
+
+def _emulator_state(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_emulator/state", timeout=10) as answer:
+        return json.loads(answer.read())  # type: ignore[no-any-return]
+
+
+def _job(name: str, port: int, data: Path) -> dict[str, Any]:
+    job = yaml.safe_load((REPO / "manifests" / "samples" / "claims-nightly.yaml").read_text())
+    job["metadata"] = {"name": name, "namespace": TENANT_NS}
+    job["spec"]["provider"]["baseURL"] = f"http://127.0.0.1:{port}"
+    job["spec"]["input"]["url"] = f"file://{data}/claims.jsonl"
+    job["spec"]["output"]["url"] = f"file://{data}/{name}/"
+    job["spec"]["deadline"] = (datetime.now(UTC) + timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return job  # type: ignore[no-any-return]
+
+
+def _phase(node: localcluster.Cluster, name: str) -> str:
+    job = get_json(node, "-n", TENANT_NS, "lbj", name)
+    return str(job.get("status", {}).get("phase", ""))
+
+
+def _operator_pods(node: localcluster.Cluster) -> list[dict[str, Any]]:
+    pods = get_json(node, "-n", NAMESPACE, "pods", "-l", "app.kubernetes.io/name=barge")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+@pytest.fixture(scope="module")
+def installed(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    data = tmp_path_factory.mktemp("claims-data")
+    os.chown(data, 10001, 10001)
+    subprocess.run(
+        [str(REPO / ".venv" / "bin" / "barge"), "demo-data", "claims", "--count", str(CLAIMS),
+         "--out", str(data / "claims.jsonl")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT_NS}}
+    namespace["metadata"]["labels"] = {"barge.dev/tenant": "claims-team"}  # type: ignore[index]
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "anthropic", "namespace": TENANT_NS, "labels": {"barge.dev/credential": "true"}},
+        "stringData": {"api-key": "node-test-key-not-a-real-one"},
+    }
+    faults = (REPO / "examples" / "claims" / "emulator-faults.yaml").read_text()
+    ports = {"faults": free_port(), "clean": free_port()}
+    _apply(
+        node,
+        namespace,
+        secret,
+        *_emulator_pod("emulator", ports["faults"], faults),
+        *_emulator_pod("emulator-clean", ports["clean"], NO_FAULTS_BUT_ONE_LOST_CREATE),
+    )
+    metrics_port = free_port()
+    api_port = node.server.rsplit(":", 1)[1]
+    policy = {
+        "storage": {"prefixes": [f"file://{data}/"]},
+        "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}]},
+    }
+    values = {
+        "image": {"repository": "localhost/barge", "tag": "dev", "pullPolicy": "Never"},
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "extraEnv": [
+            {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": api_port},
+            {"name": "BARGE_MIN_BATCH_WINDOW", "value": "60"},
+        ],
+        "extraVolumes": [{"name": "claims", "hostPath": {"path": str(data), "type": "Directory"}}],
+        "extraVolumeMounts": [{"name": "claims", "mountPath": str(data)}],
+        "metrics": {"port": metrics_port},
+        "operator": {"pollSeconds": 2, "policy": yaml.safe_dump(policy)},
+    }
+    values_file = data.parent / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    started = time.monotonic()
+    _helm(node, "upgrade", "--install", RELEASE, str(REPO / "charts" / "barge"), "-n", NAMESPACE, "--create-namespace",
+          "-f", str(values_file), "--wait", "--timeout", "5m")  # fmt: skip
+    ready_after = time.monotonic() - started
+    for name in ("emulator", "emulator-clean"):
+        wait_for(f"{name} Ready", lambda n=name: pod_ready(get_json(node, "-n", TENANT_NS, "pod", n)))
+    return {"data": data, "ports": ports, "metrics_port": metrics_port, "ready_after": ready_after}
+
+
+def test_the_operator_pod_is_ready_as_uid_10001_read_only(
+    node: localcluster.Cluster, installed: dict[str, Any]
+) -> None:
+    (pod,) = wait_for("one Ready operator Pod", lambda: [p for p in _operator_pods(node) if pod_ready(p)])
+    print(f"helm install --wait: operator Pod Ready in {installed['ready_after']:.1f}s")
+    name = pod["metadata"]["name"]
+    assert pod["spec"]["hostNetwork"] is True
+    assert node.run_kubectl("-n", NAMESPACE, "exec", name, "--", "id", "-u").stdout.strip() == "10001"
+    touched = node.run_kubectl("-n", NAMESPACE, "exec", name, "--", "touch", "/opt/barge/x", check=False)
+    assert touched.returncode != 0
+    assert "Read-only file system" in touched.stderr
+    with urllib.request.urlopen(f"http://127.0.0.1:{installed['metrics_port']}/healthz", timeout=10) as answer:
+        assert answer.status == 200
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_the_claims_sample_succeeds_against_an_emulator_pod(
+    node: localcluster.Cluster, installed: dict[str, Any]
+) -> None:
+    _apply(node, _job("claims-nightly", installed["ports"]["faults"], installed["data"]))
+    wait_for("claims-nightly terminal", lambda: _phase(node, "claims-nightly") in {"Succeeded", "Failed"}, 600, 2)
+    job = get_json(node, "-n", TENANT_NS, "lbj", "claims-nightly")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    results = installed["data"] / "claims-nightly" / "results.jsonl"
+    assert len(results.read_text().splitlines()) >= int(CLAIMS * 0.99)
+    (pod,) = _operator_pods(node)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_a_force_deleted_operator_pod_is_replaced_and_resumes_from_the_ledger(
+    node: localcluster.Cluster, installed: dict[str, Any]
+) -> None:
+    port = installed["ports"]["clean"]
+    _apply(node, _job("claims-resumed", port, installed["data"]))
+    wait_for("a batch created", lambda: _emulator_state(port)["batches"], 180, 0.5)
+    (old,) = _operator_pods(node)
+    node.run_kubectl("-n", NAMESPACE, "delete", "pod", old["metadata"]["name"], "--grace-period=0", "--force")
+    new = wait_for(
+        "a new Ready operator Pod",
+        lambda: [p for p in _operator_pods(node) if pod_ready(p) and p["metadata"]["uid"] != old["metadata"]["uid"]],
+    )[0]
+    assert new["metadata"]["name"] != old["metadata"]["name"]
+    wait_for("claims-resumed terminal", lambda: _phase(node, "claims-resumed") in {"Succeeded", "Failed"}, 600, 2)
+    job = get_json(node, "-n", TENANT_NS, "lbj", "claims-resumed")
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    state = _emulator_state(port)
+    ids = [custom_id for batch in state["batches"] for custom_id in batch["custom_ids"]]
+    assert len(ids) == len(set(ids)) == CLAIMS  # every claim sent once: one batch per shard, nothing paid twice
+    assert state["sync_requests"] == 0
+    lines = (installed["data"] / "claims-resumed" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == CLAIMS
+
+
+def test_helm_uninstall_keeps_crds_jobs_and_the_ledger(node: localcluster.Cluster, installed: dict[str, Any]) -> None:
+    claims = [p["metadata"]["name"] for p in get_json(node, "-n", NAMESPACE, "pvc")["items"]]
+    assert claims, "the SQLite ledger's PVC"
+    _helm(node, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
+    wait_for("no operator Pod", lambda: not get_json(node, "-n", NAMESPACE, "pods")["items"])
+    assert get_json(node, "crd", "llmbatchjobs.barge.dev")["metadata"]["name"] == "llmbatchjobs.barge.dev"
+    jobs = {j["metadata"]["name"] for j in get_json(node, "-n", TENANT_NS, "lbj")["items"]}
+    assert {"claims-nightly", "claims-resumed"} <= jobs
+    kept = [p["metadata"]["name"] for p in get_json(node, "-n", NAMESPACE, "pvc")["items"]]
+    assert kept == claims
+    # the PVC is still bound to its hostPath volume, and the ledger file is on it
+    (pvc,) = get_json(node, "-n", NAMESPACE, "pvc")["items"]
+    assert pvc["status"]["phase"] == "Bound"
+    volume = get_json(node, "pv", pvc["spec"]["volumeName"])
+    assert any(Path(volume["spec"]["hostPath"]["path"]).iterdir())
