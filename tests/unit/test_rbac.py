@@ -145,6 +145,7 @@ FREEFORM = {
     "affinity.podAffinity",
     "affinity.podAntiAffinity",
     *(f"extraEnv[].valueFrom.{k}" for k in ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")),
+    "networkPolicy.egress.extra[]",  # NetworkPolicyEgressRule objects
 }
 
 
