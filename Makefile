@@ -62,7 +62,7 @@ crds: venv ## Regenerate crds/, the chart's CRDs and RBAC rules, and the README'
 manifests: venv ## Render manifests/install/ from the chart (default values) with helm
 	$(PYTHON) tools/manifests.py
 
-lint: venv ## ruff, mypy --strict, import-linter contracts, generated files (CRDs, chart, manifests, Argo CD patch) up to date
+lint: venv ## ruff, mypy --strict, import-linter contracts, generated files (CRDs, chart, manifests, Argo CD patch) up to date, actionlint
 	$(VENV)/bin/ruff check operator tests tools bench integrations
 	$(VENV)/bin/ruff format --check operator tests tools bench integrations
 	$(VENV)/bin/mypy
@@ -71,6 +71,7 @@ lint: venv ## ruff, mypy --strict, import-linter contracts, generated files (CRD
 	$(GENERATE) --check
 	$(PYTHON) tools/manifests.py --check
 	$(PY) integrations/argocd/generate.py --check
+	$$($(PYTHON) tools/localcluster.py tool-path actionlint) .github/workflows/*.yml
 
 fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff format operator tests tools bench integrations

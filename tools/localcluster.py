@@ -48,6 +48,7 @@ ETCD_VERSION = "3.6.16"
 HELM_VERSION = "4.3.2"
 ARGOCD_VERSION = "3.6.1"
 KEDA_VERSION = "2.21.0"
+ACTIONLINT_VERSION = "1.7.12"
 ARGOCD_GOTOOLCHAIN = "go1.27.3"  # argo-cd v3.6 needs go >= 1.27; the toolchain comes from the module proxy
 
 # Without these every binary reports v0.0.0-master+$Format:%H$, which `kubectl version` and the kubelet's node
@@ -107,6 +108,7 @@ def binaries() -> dict[str, Path]:
         "kube-scheduler": k8s / "kube-scheduler",
         "helm": _bin_dir("helm", HELM_VERSION) / "helm",
         "argocd": _bin_dir("argocd", ARGOCD_VERSION) / "argocd",
+        "actionlint": _bin_dir("actionlint", ACTIONLINT_VERSION) / "actionlint",
         "keda-operator": _bin_dir("keda", KEDA_VERSION) / "operator",
         "keda-adapter": _bin_dir("keda", KEDA_VERSION) / "adapter",
     }
@@ -180,6 +182,12 @@ def build(argocd: bool = True, keda: bool = False) -> dict[str, Path]:
         bins["helm"].parent,
         ["./cmd/helm"],
         ldflags=f"-X helm.sh/helm/v4/internal/version.version=v{HELM_VERSION}",
+    )
+    _go_build(
+        "actionlint",
+        bins["actionlint"].parent,
+        ["github.com/rhysd/actionlint/cmd/actionlint"],
+        ldflags=f"-X github.com/rhysd/actionlint.version=v{ACTIONLINT_VERSION}",
     )
     if not argocd:
         return bins
@@ -512,7 +520,7 @@ def _go_env(name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["build", "up", "down", "token", "kubectl-path"])
+    parser.add_argument("command", choices=["build", "up", "down", "token", "kubectl-path", "tool-path"])
     parser.add_argument("args", nargs="*")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--controllers", action="store_true", help="also run kube-controller-manager (up)")
@@ -522,6 +530,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         bins = build(keda=True)
         print(f"binaries ready in {time.monotonic() - started:.1f}s: " + " ".join(str(p) for p in bins.values()))
+    elif opts.command == "tool-path":  # e.g. `tool-path actionlint`: built (without argocd) if missing
+        with contextlib.redirect_stdout(sys.stderr):  # build messages stay out of the printed path
+            tool = build(argocd=False)[opts.args[0]]
+        print(tool)
     elif opts.command == "kubectl-path":
         print(build(argocd=False)["kubectl"])
     elif opts.command == "up":
