@@ -102,7 +102,7 @@ cluster-down: ## Stop the local control plane
 	@rm -f .barge/kubeconfig
 
 ##@ Demo and benchmarks
-demo: deps venv tools ## Local control plane + emulator + operator; the claims-nightly sample watched to completion
+demo: deps venv ## Local control plane + emulator + operator; the claims-nightly sample watched to completion (builds only what it uses: not argocd, not KEDA)
 	bash tools/demo.sh
 
 bench: deps venv ## Benchmarks (bench/), printed as tables (deps: bench_workers needs redis-server, bench_ingest PostgreSQL)
