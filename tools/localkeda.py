@@ -8,7 +8,7 @@ so KEDA runs as two plain processes (like the control plane itself), every liste
     adapter   --secure-port with --bind-address=127.0.0.1 (the aggregated API), and its /metrics on --port
 
 KEDA's adapter binds its --port as ":<port>" (every interface) and has no flag to narrow it, so `start` uses a
-copy of the adapter relinked from the same module with `go build -overlay` (LOOPBACK_PATCH: the bind host comes
+copy of the adapter rebuilt from the same module versions with one line changed (LOOPBACK_PATCH: the bind host comes
 from KEDA_ADAPTER_METRICS_BIND_HOST, empty = upstream's behaviour); one package recompiles, the rest is cached.
 
 What `start` creates, and `stop` removes (only what it created):
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -144,25 +145,32 @@ def loopback_adapter() -> Path:
     text = source.read_text()
     if LOOPBACK_PATCH[0] not in text:
         raise RuntimeError(f"{source} no longer binds its metrics port as the patch expects: review LOOPBACK_PATCH")
-    work = upstream.parent.with_name(upstream.parent.name + ".overlay")
-    work.mkdir(exist_ok=True)
-    (work / "main.go").write_text(text.replace(*LOOPBACK_PATCH))
-    (work / "overlay.json").write_text(json.dumps({"Replace": {str(source): str(work / "main.go")}}))
+    # `go build -overlay` may not replace files under GOMODCACHE: the patched main package goes into a copy of the
+    # wrapper module (same go.mod and go.sum, so the same dependency versions and the build cache's objects).
+    work = upstream.parent.with_name(upstream.parent.name + ".loopback-src")
+    (work / "adapter").mkdir(parents=True, exist_ok=True)
+    for name in ("go.mod", "go.sum"):
+        (work / name).write_bytes((localcluster.TOOLS / "keda" / name).read_bytes())
+    (work / "adapter" / "main.go").write_text(text.replace(*LOOPBACK_PATCH))
     ldflags = f"-X {MODULE}/version.Version={localcluster.KEDA_VERSION}"
     started = time.monotonic()
     subprocess.run(
-        ["go", "build", "-trimpath", f"-ldflags={ldflags}", f"-overlay={work / 'overlay.json'}",
-         "-o", str(out.with_suffix(".tmp")), f"{MODULE}/cmd/adapter"],
-        cwd=localcluster.TOOLS / "keda", check=True,
+        ["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out.with_suffix(".tmp")), "./adapter"],
+        cwd=work, check=True,
     )  # fmt: skip
     out.with_suffix(".tmp").rename(out)
     print(f"relinked KEDA's adapter with a loopback metrics bind in {time.monotonic() - started:.0f}s", flush=True)
     return out
 
 
+@functools.cache
+def _kubectl_path() -> Path:
+    return localcluster.binaries()["kubectl"]  # hashes the wrapper module: once
+
+
 def _kubectl(kubeconfig: Path, *args: str, input: str | None = None, check: bool = True) -> str:
     proc = subprocess.run(
-        [str(localcluster.binaries()["kubectl"]), f"--kubeconfig={kubeconfig}", *args],
+        [str(_kubectl_path()), f"--kubeconfig={kubeconfig}", *args],
         input=input, capture_output=True, text=True,
     )  # fmt: skip
     if check and proc.returncode != 0:
@@ -350,6 +358,7 @@ def start(cluster_dir: Path, kubeconfig: Path | None = None, *, timeout: float =
         env,
     )
     state["pids"] = [adapter_pid, operator]
+    state["processes"] = {"operator": operator, "adapter": adapter_pid}
     state["apiservice"] = True
     _save(cluster_dir, state)
     _kubectl(admin, "apply", "-f", "-", input=_apiservice(ports["secure"], certs / "ca.crt"))

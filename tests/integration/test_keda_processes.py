@@ -22,6 +22,9 @@ import pytest
 import redis
 from tools import localcluster, localkeda
 
+from barge.api.pool import InferencePool
+from barge.k8s import workers
+
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]  # a cold KEDA build is ~12-25 min on 2 busy cores
 
 
@@ -88,6 +91,66 @@ def _rss_mib(pid: int) -> float:
     return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
 
 
+def _scale_cycle(
+    cluster: localcluster.Cluster,
+    ns: str,
+    objects: list[dict[str, Any]],
+    r: redis.Redis,
+    stream: str,
+    group: str,
+    max_replicas: int,
+    backlog: int,
+) -> list[int]:
+    """Apply the Deployment and its ScaledObject, queue `backlog` messages, see spec.replicas reach max_replicas
+    and stay there, drain the stream, see it go back to 0; every value spec.replicas took (from a watch)."""
+    name = objects[0]["metadata"]["name"]
+    so = objects[1]["metadata"]["name"]
+    cluster.run_kubectl("apply", "-f", "-", input=json.dumps({"kind": "List", "apiVersion": "v1", "items": objects}))
+
+    conds: list[dict[str, Any]] = []
+
+    def so_ready() -> bool:
+        out = cluster.run_kubectl("-n", ns, "get", "scaledobject", so, "-o", "json")
+        conds[:] = json.loads(out.stdout).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    try:
+        _until(so_ready, 60, "ScaledObject never Ready")
+    except TimeoutError:
+        raise TimeoutError(f"ScaledObject never Ready: {conds}") from None
+    # Every value spec.replicas takes, from a watch (not sampled): it may never exceed maxReplicaCount.
+    seen: list[int] = []
+    watch = subprocess.Popen(
+        [str(cluster.kubectl), "-n", ns, "get", "deployment", name, "--watch", "-o",
+         "jsonpath={.spec.replicas}{'\\n'}"],
+        env=cluster.env(), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert watch.stdout is not None
+    lines = watch.stdout
+    threading.Thread(target=lambda: [seen.append(int(v)) for v in lines if v.strip()], daemon=True).start()
+    try:
+        _until(lambda: seen and seen[-1] == 0, 60, f"no backlog, yet not at 0 replicas: {seen}")
+        for i in range(backlog):
+            r.xadd(stream, {"n": str(i)})
+        _until(lambda: max(seen) >= max_replicas, 120, f"never scaled to {max_replicas}: {seen}")
+        time.sleep(15)  # three more HPA syncs at the capped demand: still no replica above the cap
+        assert max(seen) == max_replicas, seen
+        hpa = json.loads(cluster.run_kubectl("-n", ns, "get", "hpa", f"keda-hpa-{so}", "-o", "json").stdout)
+        assert hpa["spec"]["maxReplicas"] == max_replicas
+        assert hpa["status"]["desiredReplicas"] == max_replicas
+
+        # Drain: read and acknowledge everything; the group's lag drops to 0, KEDA scales to 0 after the cooldown.
+        while batch := r.xreadgroup(group, "c1", {stream: ">"}, count=100):
+            r.xack(stream, group, *[mid for _, entries in batch for mid, _ in entries])  # type: ignore[union-attr]
+        assert r.xinfo_groups(stream)[0]["lag"] == 0  # type: ignore[index]
+        _until(lambda: seen[-1] == 0, 180, f"never scaled back to 0: {seen}")
+        print(f"\nspec.replicas seen: {seen}")
+        return seen
+    finally:
+        watch.terminate()
+        watch.wait(10)
+
+
 def test_every_keda_port_listens_on_loopback_only(keda: tuple[localcluster.Cluster, dict[str, Any]]) -> None:
     _, state = keda
     pids = {int(p) for p in state["pids"]}
@@ -98,7 +161,8 @@ def test_every_keda_port_listens_on_loopback_only(keda: tuple[localcluster.Clust
     assert all(a.startswith("127.0.0.1:") for a in addresses), ours
     # every port KEDA was given is one of them (the adapter's /metrics too, which upstream binds as ":<port>")
     assert {f"127.0.0.1:{p}" for p in state["ports"].values()} <= addresses, ours
-    print("\nKEDA resident memory: " + ", ".join(f"pid {p}: {_rss_mib(p):.0f} MiB" for p in sorted(pids)))
+    rss = ", ".join(f"{name} {_rss_mib(pid):.0f} MiB" for name, pid in state["processes"].items())
+    print(f"\nKEDA resident memory: {rss}")
 
 
 def test_redis_streams_backlog_scales_0_to_max_and_back_to_0(
@@ -143,45 +207,59 @@ def test_redis_streams_backlog_scales_0_to_max_and_back_to_0(
             ],
         },
     }
-    cluster.run_kubectl("apply", "-f", "-", input=json.dumps({"kind": "List", "apiVersion": "v1",
-                                                               "items": [deployment, scaled_object]}))  # fmt: skip
-
-    def so_ready() -> bool:
-        out = cluster.run_kubectl("-n", ns, "get", "scaledobject", "worker", "-o", "json")
-        conds = json.loads(out.stdout).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-
-    _until(so_ready, 60, "ScaledObject never Ready")
-
-    # Every value spec.replicas takes, from a watch (not sampled): it may never exceed maxReplicaCount.
-    seen: list[int] = []
-    watch = subprocess.Popen(
-        [str(cluster.kubectl), "-n", ns, "get", "deployment", "worker", "--watch", "-o",
-         "jsonpath={.spec.replicas}{'\\n'}"],
-        env=cluster.env(), stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    threading.Thread(target=lambda: [seen.append(int(v)) for v in watch.stdout if v.strip()], daemon=True).start()  # type: ignore[union-attr]
-    try:
-        _until(lambda: seen, 20, "watch printed nothing")
-        assert seen[-1] == 0
-        for i in range(40):  # lag 40 / target 5 per replica = 8 wanted; KEDA caps the HPA at 3
-            r.xadd(stream, {"n": str(i)})
-        _until(lambda: max(seen) >= max_replicas, 120, f"never scaled to {max_replicas}: {seen}")
-        time.sleep(15)  # three more HPA syncs at the capped demand: still no replica above the cap
-        assert max(seen) == max_replicas, seen
-        hpa = json.loads(cluster.run_kubectl("-n", ns, "get", "hpa", "keda-hpa-worker", "-o", "json").stdout)
-        assert hpa["spec"]["maxReplicas"] == max_replicas
-        assert hpa["status"]["desiredReplicas"] == max_replicas
-
-        # Drain: read and acknowledge everything; the group's lag drops to 0, KEDA scales to 0 after the cooldown.
-        while batch := r.xreadgroup(group, "c1", {stream: ">"}, count=100):
-            r.xack(stream, group, *[mid for _, entries in batch for mid, _ in entries])
-        assert r.xinfo_groups(stream)[0]["lag"] == 0
-        _until(lambda: seen[-1] == 0, 120, f"never scaled back to 0: {seen}")
-        print(f"\nspec.replicas seen: {seen}")
-        assert seen[0] == 0
-        assert 1 < max(seen) <= max_replicas
+    try:  # lag 40 / 5 per replica = 8 replicas wanted; maxReplicaCount caps the HPA at 3
+        seen = _scale_cycle(cluster, ns, [deployment, scaled_object], r, stream, group, max_replicas, 40)
     finally:
-        watch.terminate()
-        watch.wait(10)
         cluster.run_kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    assert 1 < max(seen) <= max_replicas
+
+
+def test_barges_own_worker_scaled_object_scales_to_its_quota_cap(
+    keda: tuple[localcluster.Cluster, dict[str, Any]], redis_url: str
+) -> None:
+    """The Deployment and ScaledObject Barge generates for a provider pool's redis-streams worker (build_*), with
+    a quota that caps it at 3 of its 10 maxReplicas. Changed for the test only: no ownerReferences (no pool object
+    here, the garbage collector would delete orphans) and a 1 s polling interval / 5 s cooldown instead of 15/120."""
+    cluster, _ = keda
+    ns = f"keda-{os.urandom(3).hex()}"
+    cluster.run_kubectl("create", "namespace", ns)
+    address = redis_url.removeprefix("redis://").split("/")[0]
+    pool = InferencePool.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": ns, "uid": "u"},
+            "spec": {
+                "model": "m",
+                "provider": {"type": "openai", "model": "gpt-4o-mini", "secretRef": {"name": "k"}},
+                "quota": {"tokensPerMinute": 0, "requestsPerMinute": 180},
+                "workers": [
+                    {
+                        "name": "w",
+                        "queue": {"type": "redis-streams", "address": address, "stream": f"s-{ns}"},
+                        "output": {"url": "s3://b/o/"},
+                        "requestsPerMinutePerReplica": 60,
+                        "targetBacklogPerReplica": 5,
+                        "maxReplicas": 10,
+                    }
+                ],
+            },
+        }
+    )
+    worker = pool.spec.workers[0]
+    cap = workers.quota_caps(pool)["w"]
+    assert cap.effective_max == 3  # 180 RPM / 60 per replica
+    deployment = workers.build_worker_deployment(pool, worker, "registry.invalid/barge:0")
+    scaled_object = workers.build_worker_scaled_object(pool, worker, cap)
+    for obj in (deployment, scaled_object):
+        obj["metadata"].pop("ownerReferences", None)
+    scaled_object["spec"].update(pollingInterval=1, cooldownPeriod=5)
+    # KEDA resolves the env of the target's containers (for triggers' fromEnv): without the provider's Secret that
+    # BARGE_API_KEY references, the ScaledObject is never Ready ("error resolving secret name").
+    ref = pool.spec.provider.secret_ref  # type: ignore[union-attr]
+    cluster.run_kubectl("-n", ns, "create", "secret", "generic", ref.name, f"--from-literal={ref.key}=unused")
+    r = redis.Redis.from_url(redis_url)
+    r.xgroup_create(f"s-{ns}", worker.queue.consumer_group, id="$", mkstream=True)
+    try:  # lag 60 / 5 = 12 wanted, of 10 maxReplicas; the quota caps it at 3
+        seen = _scale_cycle(cluster, ns, [deployment, scaled_object], r, f"s-{ns}", worker.queue.consumer_group, 3, 60)
+    finally:
+        cluster.run_kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    assert 1 < max(seen) <= cap.effective_max
