@@ -100,6 +100,7 @@ def _scale_cycle(
     group: str,
     max_replicas: int,
     backlog: int,
+    lowered: tuple[dict[str, Any], int] | None = None,
 ) -> list[int]:
     """Apply the Deployment and its ScaledObject, queue `backlog` messages, see spec.replicas reach max_replicas
     and stay there, drain the stream, see it go back to 0; every value spec.replicas took (from a watch)."""
@@ -138,6 +139,15 @@ def _scale_cycle(
         hpa = json.loads(cluster.run_kubectl("-n", ns, "get", "hpa", f"keda-hpa-{so}", "-o", "json").stdout)
         assert hpa["spec"]["maxReplicas"] == max_replicas
         assert hpa["status"]["desiredReplicas"] == max_replicas
+        if lowered is not None:  # a lower cap mid-run (the ScaledObject re-applied): the HPA and replicas follow
+            scaled_object, max_replicas = lowered
+            cluster.run_kubectl("apply", "-f", "-", input=json.dumps(scaled_object))
+            _until(lambda: seen[-1] == max_replicas, 60, f"never followed the cap down to {max_replicas}: {seen}")
+            mark = len(seen)
+            time.sleep(15)
+            assert max(seen[mark - 1 :]) == max_replicas, seen
+            hpa = json.loads(cluster.run_kubectl("-n", ns, "get", "hpa", f"keda-hpa-{so}", "-o", "json").stdout)
+            assert hpa["spec"]["maxReplicas"] == max_replicas
 
         # Drain: read and acknowledge everything; the group's lag drops to 0, KEDA scales to 0 after the cooldown.
         while batch := r.xreadgroup(group, "c1", {stream: ">"}, count=100):
@@ -258,8 +268,19 @@ def test_barges_own_worker_scaled_object_scales_to_its_quota_cap(
     cluster.run_kubectl("-n", ns, "create", "secret", "generic", ref.name, f"--from-literal={ref.key}=unused")
     r = redis.Redis.from_url(redis_url)
     r.xgroup_create(f"s-{ns}", worker.queue.consumer_group, id="$", mkstream=True)
-    try:  # lag 60 / 5 = 12 wanted, of 10 maxReplicas; the quota caps it at 3
-        seen = _scale_cycle(cluster, ns, [deployment, scaled_object], r, f"s-{ns}", worker.queue.consumer_group, 3, 60)
+    # The quota lowered to 120 RPM: Barge's new cap is 2, and so is the ScaledObject it generates.
+    lower = pool.model_copy(update={"spec": pool.spec.model_copy(update={"quota": pool.spec.quota.model_copy(
+        update={"requests_per_minute": 120})})})  # fmt: skip
+    lower_cap = workers.quota_caps(lower)["w"]
+    assert lower_cap.effective_max == 2
+    lowered = workers.build_worker_scaled_object(lower, worker, lower_cap)
+    lowered["metadata"].pop("ownerReferences", None)
+    lowered["spec"].update(pollingInterval=1, cooldownPeriod=5)
+    group = worker.queue.consumer_group
+    try:  # lag 60 / 5 = 12 wanted, of 10 maxReplicas; the quota caps it at 3, then at 2
+        seen = _scale_cycle(
+            cluster, ns, [deployment, scaled_object], r, f"s-{ns}", group, 3, 60, (lowered, lower_cap.effective_max)
+        )
     finally:
         cluster.run_kubectl("delete", "namespace", ns, "--wait=false", check=False)
     assert 1 < max(seen) <= cap.effective_max
