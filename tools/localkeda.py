@@ -49,7 +49,7 @@ from pathlib import Path
 try:
     from tools import localcluster  # imported from the tests
 except ImportError:  # run as a script: tools/ is sys.path[0]
-    import localcluster  # type: ignore[no-redef]
+    import localcluster  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 NAMESPACE = "keda"
 SERVICE_ACCOUNT = "keda-operator"

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -128,7 +128,13 @@ def _scale_cycle(
     )  # fmt: skip
     assert watch.stdout is not None
     lines = watch.stdout
-    threading.Thread(target=lambda: [seen.append(int(v)) for v in lines if v.strip()], daemon=True).start()
+
+    def read() -> None:
+        for value in lines:
+            if value.strip():
+                seen.append(int(value))
+
+    threading.Thread(target=read, daemon=True).start()
     try:
         _until(lambda: seen and seen[-1] == 0, 60, f"no backlog, yet not at 0 replicas: {seen}")
         for i in range(backlog):
@@ -150,9 +156,9 @@ def _scale_cycle(
             assert hpa["spec"]["maxReplicas"] == max_replicas
 
         # Drain: read and acknowledge everything; the group's lag drops to 0, KEDA scales to 0 after the cooldown.
-        while batch := r.xreadgroup(group, "c1", {stream: ">"}, count=100):
-            r.xack(stream, group, *[mid for _, entries in batch for mid, _ in entries])  # type: ignore[union-attr]
-        assert r.xinfo_groups(stream)[0]["lag"] == 0  # type: ignore[index]
+        while batch := cast(Any, r.xreadgroup(group, "c1", {stream: ">"}, count=100)):
+            r.xack(stream, group, *[mid for _, entries in batch for mid, _ in entries])
+        assert cast(Any, r.xinfo_groups(stream))[0]["lag"] == 0
         _until(lambda: seen[-1] == 0, 180, f"never scaled back to 0: {seen}")
         print(f"\nspec.replicas seen: {seen}")
         return seen
