@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -484,18 +483,7 @@ def down(directory: Path = DEFAULT_DIR) -> None:
     if state is not None and (directory / "node" / "state.json").exists():
         localnode.stop(directory, directory / "kubeconfig", binaries()["kubectl"])
     if state is not None:
-        for pid in [int(p) for p in state["pids"]]:  # type: ignore[attr-defined]
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGTERM)
-        stop_by = time.monotonic() + 10
-        for pid in [int(p) for p in state["pids"]]:  # type: ignore[attr-defined]
-            while _alive(pid) and time.monotonic() < stop_by:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-                time.sleep(0.1)
-            if _alive(pid):
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
+        localnode.stop_processes([int(p) for p in state["pids"]])  # type: ignore[attr-defined]
     shutil.rmtree(directory, ignore_errors=True)
 
 

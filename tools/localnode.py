@@ -507,7 +507,8 @@ def leftovers(cluster_dir: Path) -> dict[str, list[str]]:
     }
 
 
-def _kill(pids: list[int], grace: float = 10) -> None:
+def stop_processes(pids: list[int], grace: float = 10) -> None:
+    """SIGTERM to each process group, SIGKILL to what is left after `grace` seconds."""
     for pid in pids:
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGTERM)
@@ -544,7 +545,7 @@ def stop(cluster_dir: Path, kubeconfig: Path, kubectl: Path) -> None:
              "--grace-period=5", "--timeout=40s"],
             check=False, capture_output=True, timeout=60,
         )  # fmt: skip
-        _kill([kubelet])
+        stop_processes([kubelet])
     if (node_dir / "containerd" / "containerd.sock").exists():
         for kind in ("tasks", "containers"):
             listed = ctr(node_dir, kind, "ls", "-q", check=False).stdout.split()
@@ -557,9 +558,9 @@ def stop(cluster_dir: Path, kubeconfig: Path, kubectl: Path) -> None:
                     ctr(node_dir, "containers", "delete", item, check=False)
     for mount_point in sorted(_mounts_under(node_dir / "kubelet"), key=len, reverse=True):
         subprocess.run(["umount", "-l", mount_point], check=False, capture_output=True)
-    _kill([int(p) for p in state.get("pids", []) if int(p) != kubelet])
+    stop_processes([int(p) for p in state.get("pids", []) if int(p) != kubelet])
     # containerd's shims outlive containerd by design; they name its socket on their command line.
-    _kill(_processes_naming(node_dir), grace=5)
+    stop_processes(_processes_naming(node_dir), grace=5)
     for mount_point in sorted(_mounts_under(node_dir), key=len, reverse=True):
         subprocess.run(["umount", "-l", mount_point], check=False, capture_output=True)
     for name, value in state.get("sysctls", {}).items():
