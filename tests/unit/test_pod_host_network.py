@@ -170,6 +170,9 @@ class FakeObjects:
     async def apply(self, obj: dict[str, Any]) -> None:
         self.applied.append(obj)
 
+    async def create(self, obj: dict[str, Any]) -> bool:  # the engine key Secret (REVIEW-3 M9): no pod in it
+        return True
+
     async def delete(self, *_: Any) -> None:
         return None
 

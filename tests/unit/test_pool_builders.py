@@ -78,7 +78,7 @@ def test_gpu_shm_cache_and_probes() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod["volumes"]
     assert {"name": "models", "persistentVolumeClaim": {"claimName": "llama-interactive-model-cache"}} in pod["volumes"]
-    assert container["startupProbe"]["httpGet"]["path"] == "/v1/models"
+    assert container["startupProbe"]["httpGet"]["path"] == "/health"  # /v1 needs the engine key (M9)
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 1800
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert pod["terminationGracePeriodSeconds"] >= 60

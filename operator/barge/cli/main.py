@@ -64,6 +64,10 @@ def emulator(
     state: Annotated[Path | None, typer.Option(help="Keep batches and files in this file across restarts.")] = None,
     vllm: Annotated[str | None, typer.Option("--vllm", help="Stand in for a vLLM server serving this model.")] = None,
     max_num_seqs: Annotated[int, typer.Option(help="--vllm: requests running at once; the rest wait.")] = 16,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="VLLM_API_KEY", help="--vllm: /v1 answers 401 without this bearer key."),
+    ] = None,
 ) -> None:
     """Run the local provider emulator (Anthropic, OpenAI and Azure OpenAI batch + sync APIs).
 
@@ -79,7 +83,7 @@ def emulator(
     except (OSError, ValueError) as exc:
         typer.echo(f"bad profile {profile}: {exc}", err=True)
         raise typer.Exit(2) from exc
-    asyncio.run(serve(host, port, parsed, state, vllm_model=vllm, max_num_seqs=max_num_seqs))
+    asyncio.run(serve(host, port, parsed, state, vllm_model=vllm, max_num_seqs=max_num_seqs, api_key=api_key))
 
 
 @app.command()

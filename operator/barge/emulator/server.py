@@ -94,13 +94,18 @@ async def reset(request: web.Request) -> web.Response:
 
 
 def make_app(
-    profile: Profile, store: Store | None = None, vllm_model: str | None = None, max_num_seqs: int = 16
+    profile: Profile,
+    store: Store | None = None,
+    vllm_model: str | None = None,
+    max_num_seqs: int = 16,
+    api_key: str | None = None,
 ) -> web.Application:
-    """The provider emulator, or with `vllm_model` a vLLM server serving that model."""
+    """The provider emulator, or with `vllm_model` a vLLM server serving that model (`api_key`: the key its /v1
+    requires; None: VLLM_API_KEY from the environment, as vLLM reads it)."""
     if vllm_model is not None:
         app = web.Application(client_max_size=MAX_BODY)
         app[STORE] = store or Store(profile)
-        vllm.install(app, vllm_model, max_num_seqs)
+        vllm.install(app, vllm_model, max_num_seqs, api_key)
         app.add_routes([web.get("/_emulator/state", state)])
         return app
     app = web.Application(client_max_size=MAX_BODY, middlewares=[provider_shape])
@@ -139,10 +144,11 @@ async def serve(
     stop: asyncio.Event | None = None,
     vllm_model: str | None = None,
     max_num_seqs: int = 16,
+    api_key: str | None = None,
 ) -> None:
     """Serve until `stop` is set (or SIGINT/SIGTERM when run as the CLI)."""
     store = load_store(state_file, profile)
-    runner = web.AppRunner(make_app(profile, store, vllm_model, max_num_seqs), access_log=None)
+    runner = web.AppRunner(make_app(profile, store, vllm_model, max_num_seqs, api_key), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

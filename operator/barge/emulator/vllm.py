@@ -3,12 +3,18 @@
 Continuous batching is modelled as what a client can observe: at most `max_num_seqs` requests run at once,
 the rest wait; `/metrics` reports vllm:num_requests_running and vllm:num_requests_waiting as they are, so
 autoscaling on waiting requests can be exercised. /health answers at once, /v1/models lists the served model.
+
+With an API key (VLLM_API_KEY, as vLLM reads it, or `install(api_key=...)`), every /v1 route answers 401 unless
+the request carries `Authorization: Bearer <key>`; /health and /metrics stay open, as in vLLM's own middleware.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import os
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -92,7 +98,28 @@ async def chat(request: web.Request) -> web.Response:
     )
 
 
-def install(app: web.Application, model: str, max_num_seqs: int) -> None:
+def key_check(api_key: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """vLLM's AuthenticationMiddleware: /v1 paths need the bearer key (compared in constant time)."""
+    wanted = f"Bearer {api_key}".encode()
+
+    @web.middleware
+    async def check(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path.startswith("/v1") and not hmac.compare_digest(
+            request.headers.get("Authorization", "").encode(), wanted
+        ):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
+def install(app: web.Application, model: str, max_num_seqs: int, api_key: str | None = None) -> None:
+    """Routes of a vLLM server on `app` (before it starts); `api_key` None: VLLM_API_KEY from the environment."""
+    key = os.environ.get("VLLM_API_KEY", "") if api_key is None else api_key
+    if key:
+        app.middlewares.append(key_check(key))
     app[VLLM] = VllmState(model, max_num_seqs)
     app.add_routes(
         [

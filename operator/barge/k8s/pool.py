@@ -4,6 +4,11 @@ KEDA ScaledObject and the Gateway API Inference Extension InferencePool. Each re
 The latency/throughput dial is vLLM's max_num_batched_tokens: `interactive` keeps chunks small (2048) so
 decoding requests are not stalled behind long prefills; `throughput` (16384) packs more tokens per step.
 Explicit `args` override the profile. Only real vLLM flags are emitted (tests list them all).
+
+Every engine pool's /v1 API needs a key (review 3, M9): the Secret ENGINE_KEY_SUFFIX, owned by the pool, is made
+once by the operator (operator/engine_key.py, its value never comes from here) and reaches vLLM as VLLM_API_KEY
+(vLLM's environment form of --api-key, so the key is not on the command line); the operator and the pool's
+workers send it as `Authorization: Bearer`. /health and /metrics stay open in vLLM, so the probes use /health.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ PORT = 8000
 PENDING_METRIC = "barge_pool_pending_requests"
 """The operator's gauge of requests waiting for an engine pool (operator/metrics.py), read by its ScaledObject."""
 MANAGED_BY = "barge"
+ENGINE_KEY_FIELD = "api-key"
+"""The key of the engine API key in the pool's `<pool>-engine-key` Secret."""
+CREDENTIAL_LABEL = "barge.dev/credential"
 #: /dev/shm of a vLLM pod (tensor parallelism uses shared memory); bounded so a pod cannot fill the node's RAM.
 SHM_SIZE = "8Gi"
 #: vLLM runs as this non-root user; HOME is an emptyDir so caches outside /models stay writable.
@@ -68,6 +76,7 @@ def names(pool: str) -> dict[str, str]:
         "scaledobject": bounded(f"{pool}-vllm", 63 - len("keda-hpa-")),
         "servicemonitor": bounded(f"{pool}-vllm", 253),
         "gateway": bounded(pool, 253),
+        "enginekey": bounded(f"{pool}-engine-key", 253),
     }
 
 
@@ -156,6 +165,8 @@ def build_deployment(pool: InferencePool, *, host_network: bool = False) -> dict
     resources["limits"] = {**resources.get("limits", {}), **gpu}
     resources["requests"] = {**ENGINE_DEFAULT_REQUESTS, **resources.get("requests", {}), **gpu}
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/models"}, {"name": "HOME", "value": "/home/vllm"}]
+    key_ref = {"secretKeyRef": {"name": n["enginekey"], "key": ENGINE_KEY_FIELD}}
+    env.append({"name": "VLLM_API_KEY", "valueFrom": key_ref})
     if engine.hf_token_secret_ref is not None:
         ref = engine.hf_token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -164,7 +175,8 @@ def build_deployment(pool: InferencePool, *, host_network: bool = False) -> dict
     )
 
     def probe() -> dict[str, Any]:
-        return {"httpGet": {"path": "/v1/models", "port": "http"}}
+        # /v1 needs the API key; vLLM's HTTP server answers /health only once the engine (the weights) is up.
+        return {"httpGet": {"path": "/health", "port": "http"}}
 
     container = {
         "name": "vllm",
@@ -178,7 +190,6 @@ def build_deployment(pool: InferencePool, *, host_network: bool = False) -> dict
             {"name": "models", "mountPath": "/models"},
             {"name": "home", "mountPath": "/home/vllm"},
         ],
-        # /health answers before the weights are loaded; /v1/models only once the model is served.
         "startupProbe": {**probe(), "periodSeconds": 10, "failureThreshold": math.ceil(engine.startup_seconds / 10)},
         "readinessProbe": {**probe(), "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
@@ -222,6 +233,19 @@ def build_deployment(pool: InferencePool, *, host_network: bool = False) -> dict
     if engine.autoscaling is None:  # with autoscaling the HPA that KEDA creates owns .spec.replicas
         spec["replicas"] = engine.replicas
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": object_meta(pool, n["deployment"]), "spec": spec}
+
+
+def build_engine_key(pool: InferencePool, value: str) -> dict[str, Any]:
+    """The pool's engine API key Secret holding `value` (the operator generates it, once). Labelled as a Barge
+    credential so the operator reads it (policy.check_secret); owned by the pool, so it goes with it."""
+    labels = {**labels_for(pool), CREDENTIAL_LABEL: "true"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_meta(pool, names(str(pool.metadata["name"]))["enginekey"], labels),
+        "type": "Opaque",
+        "stringData": {ENGINE_KEY_FIELD: value},
+    }
 
 
 def build_service(pool: InferencePool) -> dict[str, Any]:

@@ -108,6 +108,11 @@ RULES: tuple[Rule, ...] = (
                 "read a Secret named by a job or pool, in its own namespace (used only if labelled "
                 "barge.dev/credential: true)",
             ),
+            (
+                "create",
+                "create each engine pool's API key Secret (the pool's name + -engine-key) once (POST only: "
+                "no update or patch, so no existing Secret is ever changed)",
+            ),
         ),
     ),
     Rule(

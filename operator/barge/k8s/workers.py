@@ -18,7 +18,16 @@ from typing import Any
 import yaml
 
 from barge.api.pool import InferencePool, Worker
-from barge.k8s.pool import MANAGED_BY, bounded, endpoint, host_network_fields, inherited_labels, object_meta
+from barge.k8s.pool import (
+    ENGINE_KEY_FIELD,
+    MANAGED_BY,
+    bounded,
+    endpoint,
+    host_network_fields,
+    inherited_labels,
+    names,
+    object_meta,
+)
 
 WORKER_PORT = 9100
 """The metrics port of a worker pod on the Pod network, declared as the named port `metrics` (the chart's
@@ -182,6 +191,9 @@ def build_worker_deployment(
     if pool.spec.provider is not None:
         ref = pool.spec.provider.secret_ref
         env.append({"name": "BARGE_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    else:  # an engine pool: the key its vLLM engines require (the operator's `<pool>-engine-key` Secret)
+        key = {"name": names(str(pool.metadata["name"]))["enginekey"], "key": ENGINE_KEY_FIELD}
+        env.append({"name": "BARGE_API_KEY", "valueFrom": {"secretKeyRef": key}})
     if worker.queue.auth_secret_ref is not None:
         ref = worker.queue.auth_secret_ref
         env.append({"name": "BARGE_QUEUE_SECRET", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})

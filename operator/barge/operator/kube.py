@@ -133,6 +133,7 @@ class Kube:
 
 
 PLURALS = {
+    ("v1", "Secret"): "secrets",  # only an engine pool's key, created once (operator/engine_key.py)
     ("v1", "Service"): "services",
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
@@ -192,6 +193,17 @@ class Objects:
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
             content_type="application/apply-patch+yaml",
         )
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        """POST `obj`; False when an object of its name exists already (409: nothing is changed)."""
+        meta = obj["metadata"]
+        try:
+            await self._call(object_path(obj["apiVersion"], obj["kind"], meta["namespace"]), "POST", body=obj)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:

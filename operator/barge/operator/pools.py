@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from barge.api.pool import InferencePool
 from barge.k8s import pool as builders
 from barge.k8s import workers
-from barge.operator import kstatus
+from barge.operator import engine_key, kstatus
 from barge.operator import status as status_
 from barge.operator.kube import NotFound, Objects
 from barge.policy import Refused
@@ -250,7 +250,10 @@ async def reconcile(
         )
     else:
         conds.append(_cond("ScalingConflict", False, "NoConflict"))
+    # The key first (the engines read it at start); a key Secret not the pool's means no Ready pool.
+    key_clash = await engine_key.ensure(objects, pool)
     clashes = [clash for child in children if (clash := await apply_owned(objects, child, meta["uid"]))]
+    clashes += [key_clash] if key_clash else []
     if clashes:  # jobs must not be sent to someone else's Service: the pool is not Ready while names clash
         return _status(old, generation, [_cond("Ready", False, "NameConflict", "; ".join(clashes))], 0, "")
     wanted = {(c["apiVersion"], c["kind"]) for c in children}

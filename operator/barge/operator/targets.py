@@ -13,7 +13,7 @@ from barge.api.batchjob import LLMBatchJobSpec
 from barge.api.common import ModelPrice
 from barge.api.pool import InferencePool
 from barge.batch.admission_queue import BatchQuota
-from barge.k8s.pool import endpoint
+from barge.k8s.pool import ENGINE_KEY_FIELD, endpoint, names
 from barge.operator import pools
 from barge.operator import quota as quota_
 from barge.operator.cache import ClientSpec
@@ -81,11 +81,13 @@ async def target_for(ctx: Context, namespace: str, spec: LLMBatchJobSpec, *, fre
     engine = pool.spec.engine
     assert engine is not None
     url = endpoint(pool, ctx.config.pool_endpoint_template)
+    # The engines answer /v1 only with the pool's key (review 3, M9; operator/engine_key.py makes it).
+    key = await ctx.kube.secret_value(namespace, names(name)["enginekey"], ENGINE_KEY_FIELD, fresh=fresh)
     ready = int((body.get("status") or {}).get("readyReplicas") or 1)
     # As many requests in flight as the engines batch at once (vLLM's default max_num_seqs is 256), capped.
     concurrency = min(256, max(1, ready) * (engine.args.max_num_seqs or 64))
     return Target(
-        ClientSpec("openai", "none", url, guarded=False),
+        ClientSpec("openai", key, url, guarded=False),
         pool.spec.model,
         sync_only=True,
         concurrency=concurrency,
