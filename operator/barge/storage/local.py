@@ -94,7 +94,12 @@ def _step(fd: int, name: str, shown: str, create: bool) -> int:
 
 @contextlib.contextmanager
 def folder(where: Beneath, create: bool = False) -> Iterator[int]:
-    """A handle on the folder of `where`'s file, reached from the root without following a link."""
+    """A handle on the folder of `where`'s file, reached from the root without following a link. With `create`,
+    a missing prefix folder is made first (as writes always did); `_open_root` then refuses it if the path it was
+    made at runs through a link."""
+    if create and not os.path.isdir(where.root):
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(where.root, 0o755)
     fd = _open_root(where.root)
     try:
         for name in where.names[:-1]:
