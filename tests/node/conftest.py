@@ -18,8 +18,6 @@ from typing import Any
 import pytest
 from tools import image, localcluster, localnode
 
-from tests.conftest import REFERENCE_CRDS, REPO, install_crds
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The first test on the node pays for the image build (~6 min cold on 2 busy cores) and the node's start."""
@@ -45,7 +43,7 @@ def node(barge_image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     started = time.monotonic()
     cluster = localcluster.up(directory, node=True, images={image.TAG.rsplit(":", 1)[0]: barge_image})
     print(f"node up in {time.monotonic() - started:.1f}s")
-    install_crds(cluster, REPO / "crds", *REFERENCE_CRDS)
+    # No CRDs here: the chart installs Barge's (helm refuses to adopt CRDs it did not create).
     yield cluster
     localcluster.down(directory)
     assert localnode.leftovers(directory) == {"processes": [], "mounts": [], "cgroups": []}

@@ -23,18 +23,25 @@ import pytest
 import yaml
 from tools import localcluster
 
-from tests.node.conftest import REPO, free_port, get_json, pod_ready, wait_for
+from tests.conftest import REPO
+from tests.node.conftest import free_port, get_json, pod_ready, wait_for
 
 NAMESPACE = "barge-system"
 TENANT_NS = "claims"
 RELEASE = "barge"
 CLAIMS = 600
 NO_FAULTS_BUT_ONE_LOST_CREATE = "seed: 7\nbatch:\n  processingSeconds: 6\n  createFailuresAfterAccept: 1\n"
+# REVIEW-3's C2 on the chart's own Pod: 100,000 results of 4 KB in one batch, then 5,000 prompts of 50 KB through
+# the synchronous fallback (their batch never ends before the deadline).
+BIG_RESULTS = "batch: {processingSeconds: 2, replyChars: 4080, replyRepeat: true}\nsync: {latencyMs: 1}\n"
+NEVER_ENDS = "batch: {processingSeconds: 86400}\nsync: {latencyMs: 5}\n"
 
 
 def _helm(node: localcluster.Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     helm = localcluster.build(argocd=False)["helm"]
-    return subprocess.run([str(helm), *args], env=node.env(), check=True, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(helm), *args], env=node.env(), capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0, f"helm {args[0]}: {done.stderr}"
+    return done
 
 
 def _apply(node: localcluster.Cluster, *objects: dict[str, Any]) -> None:
@@ -128,13 +135,15 @@ def installed(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFacto
         "stringData": {"api-key": "node-test-key-not-a-real-one"},
     }
     faults = (REPO / "examples" / "claims" / "emulator-faults.yaml").read_text()
-    ports = {"faults": free_port(), "clean": free_port()}
+    ports = {"faults": free_port(), "clean": free_port(), "big": free_port(), "slow": free_port()}
     _apply(
         node,
         namespace,
         secret,
         *_emulator_pod("emulator", ports["faults"], faults),
         *_emulator_pod("emulator-clean", ports["clean"], NO_FAULTS_BUT_ONE_LOST_CREATE),
+        *_emulator_pod("emulator-big", ports["big"], BIG_RESULTS),
+        *_emulator_pod("emulator-slow", ports["slow"], NEVER_ENDS),
     )
     metrics_port = free_port()
     api_port = node.server.rsplit(":", 1)[1]
@@ -162,7 +171,7 @@ def installed(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFacto
     _helm(node, "upgrade", "--install", RELEASE, str(REPO / "charts" / "barge"), "-n", NAMESPACE, "--create-namespace",
           "-f", str(values_file), "--wait", "--timeout", "5m")  # fmt: skip
     ready_after = time.monotonic() - started
-    for name in ("emulator", "emulator-clean"):
+    for name in ("emulator", "emulator-clean", "emulator-big", "emulator-slow"):
         wait_for(f"{name} Ready", lambda n=name: pod_ready(get_json(node, "-n", TENANT_NS, "pod", n)))
     return {"data": data, "ports": ports, "metrics_port": metrics_port, "ready_after": ready_after}
 
@@ -218,6 +227,63 @@ def test_a_force_deleted_operator_pod_is_replaced_and_resumes_from_the_ledger(
     assert state["sync_requests"] == 0
     lines = (installed["data"] / "claims-resumed" / "results.jsonl").read_text().splitlines()
     assert len(lines) == CLAIMS
+
+
+def _peaks(node: localcluster.Cluster, pod: dict[str, Any]) -> tuple[float, float]:
+    """The operator process's peak RSS (VmHWM of PID 1 in its container) and its Pod cgroup's peak usage (page
+    cache included), in MiB."""
+    status = node.run_kubectl("-n", NAMESPACE, "exec", pod["metadata"]["name"], "--", "cat", "/proc/1/status").stdout
+    hwm = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
+    qos = pod["status"]["qosClass"].lower()
+    cgroup = (
+        Path("/sys/fs/cgroup/memory/kubepods") / ("" if qos == "guaranteed" else qos) / f"pod{pod['metadata']['uid']}"
+    )
+    usage = cgroup / "memory.max_usage_in_bytes"
+    return hwm, (int(usage.read_text()) / 2**20 if usage.exists() else float("nan"))
+
+
+def test_a_100k_result_batch_and_a_large_fallback_fit_the_default_memory_limit(
+    node: localcluster.Cluster, installed: dict[str, Any]
+) -> None:
+    """C2 of REVIEW-3 on the chart's own Pod with the chart's default resources: no restart, no OOM kill."""
+    data: Path = installed["data"]
+    subprocess.run(
+        [str(REPO / ".venv" / "bin" / "barge"), "demo-data", "claims", "--count", "100000",
+         "--out", str(data / "claims-100k.jsonl")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with (data / "prompts-50k.jsonl").open("w") as out:
+        for index in range(5_000):
+            out.write(json.dumps({"id": f"p{index}", "policy": "P-1", "text": f"{index} " + "x" * 50_000}) + "\n")
+    big = _job("claims-100k", installed["ports"]["big"], data)
+    big["spec"]["input"]["url"] = f"file://{data}/claims-100k.jsonl"
+    big["spec"]["budget"] = {"maxCostUSD": "500"}
+    slow = _job("prompts-fallback", installed["ports"]["slow"], data)
+    slow["spec"]["input"]["url"] = f"file://{data}/prompts-50k.jsonl"
+    slow["spec"]["budget"] = {"maxCostUSD": "500"}
+    slow["spec"]["deadline"] = (datetime.now(UTC) + timedelta(seconds=150)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (before,) = _operator_pods(node)
+    _apply(node, big)
+    wait_for("claims-100k terminal", lambda: _phase(node, "claims-100k") in {"Succeeded", "Failed"}, 1500, 5)
+    _apply(node, slow)
+    wait_for("prompts-fallback terminal", lambda: _phase(node, "prompts-fallback") in {"Succeeded", "Failed"}, 900, 5)
+    (pod,) = _operator_pods(node)
+    assert pod["metadata"]["uid"] == before["metadata"]["uid"]
+    status = pod["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 0, status.get("lastState")
+    for name, n in (("claims-100k", 100_000), ("prompts-fallback", 5_000)):
+        job = get_json(node, "-n", TENANT_NS, "lbj", name)
+        assert job["status"]["phase"] == "Succeeded", (name, job["status"])
+        assert len((data / name / "results.jsonl").read_text().splitlines()) == n
+    limit = pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    hwm, cgroup_peak = _peaks(node, pod)
+    sync = _emulator_state(installed["ports"]["slow"])["sync_requests"]
+    print(
+        f"operator Pod (limit {limit}): operator process peak RSS {hwm:.0f} MiB, Pod cgroup peak {cgroup_peak:.0f} MiB"
+        f" (page cache included); {sync} synchronous calls for the 5,000 prompts"
+    )
+    # the cancelled batch may still finish a few (the emulator ends some items on cancel); the rest went sync
+    assert sync >= 4_900
 
 
 def test_helm_uninstall_keeps_crds_jobs_and_the_ledger(node: localcluster.Cluster, installed: dict[str, Any]) -> None:
