@@ -221,7 +221,8 @@ def test_cluster_role_is_the_rbac_table(helm: Path, tmp: Path) -> None:
     assert "*" not in text
     for rule in role["rules"]:
         if "secrets" in rule["resources"]:
-            assert rule["verbs"] == ["get"]
+            # get by name, and create for an engine pool's own API key Secret (M9); never list, update or delete
+            assert rule["verbs"] == ["get", "create"]
 
 
 # --- the PostgreSQL ledger, HA ---------------------------------------------------------------------------------
