@@ -14,19 +14,16 @@ together. Here:
 | ingestion             | result text held by all ingestions at once is `INGEST_TEXT` at most: past it, each commits |
 |                       | its chunk at its next page instead of growing it (smaller chunks, never more memory)       |
 
-Engine loops are threads, so both are guarded by a plain lock held briefly, and a waiter is woken on its own loop.
+Engine loops are threads: planners wait at batch/gate.py's gate, the text budget is a plain lock held briefly.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from barge.batch.gate import Gate, Waiter
 from barge.batch.render import PlanError
 
 CGROUP = Path("/sys/fs/cgroup")
@@ -62,28 +59,15 @@ def planner_slots(limit: int | None, reserve: int, per_planner: int, wanted: int
     return max(0, min(wanted, (limit - reserve) // max(1, per_planner)))
 
 
-@dataclass
-class _Waiter:
-    need: int
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[None]
-    granted: bool = False
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class PlannerMemory:
-    """Admission of planner processes by the memory they may use (module docstring)."""
+class PlannerMemory(Gate):
+    """Admission of planner processes by the memory they may use (module docstring): in arrival order, each
+    waiting until its need fits the budget (the waiting itself is batch/gate.py's)."""
 
     def __init__(self, limit: Callable[[], int | None] = container_limit) -> None:
+        super().__init__()
         self._limit = limit
-        self._lock = threading.Lock()
         self._used = 0
         self._budget: int | None = None
-        self._waiting: deque[_Waiter] = deque()
         self.peak = 0
         """The most planner memory granted at once (for tests and the sizing rule)."""
 
@@ -91,20 +75,18 @@ class PlannerMemory:
         with self._lock:
             return self._used
 
-    def _grant(self) -> None:
-        """Wake the waiters that fit now, in arrival order (the lock is held)."""
-        while self._waiting and (self._budget is None or self._used + self._waiting[0].need <= self._budget):
-            waiter = self._waiting.popleft()
-            waiter.granted = True
-            self._used += waiter.need
-            self.peak = max(self.peak, self._used)
-            with contextlib.suppress(RuntimeError):  # its loop is closed: it will never ask again
-                waiter.loop.call_soon_threadsafe(_wake, waiter.future)
+    def _pick(self) -> Waiter | None:
+        if not self._waiting:
+            return None
+        head = self._waiting[0]
+        return head if self._budget is None or self._used + head.need <= self._budget else None
 
-    def _release(self, need: int) -> None:
-        with self._lock:
-            self._used -= need
-            self._grant()
+    def _take(self, waiter: Waiter) -> None:
+        self._used += waiter.need
+        self.peak = max(self.peak, self._used)
+
+    def _free(self, waiter: Waiter) -> None:
+        self._used -= waiter.need
 
     async def acquire(self, need: int, reserve: int) -> Callable[[], None]:
         """Wait until a planner of `need` bytes fits beside `reserve` bytes for the operator and the planners
@@ -119,29 +101,16 @@ class PlannerMemory:
                 "(BARGE_PLANNER_MEMORY_MB): raise the limit or lower one of them",
                 permanent=False,
             )
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(need, loop, loop.create_future())
         with self._lock:
             self._budget = budget
-            self._waiting.append(waiter)
-            self._grant()
-        try:
-            await waiter.future
-        except BaseException:  # cancelled while waiting: a grant made meanwhile is given back
-            with self._lock:
-                if waiter.granted:
-                    self._used -= need
-                    self._grant()
-                else:
-                    self._waiting.remove(waiter)
-            raise
+        waiter = await self._enter("", need)
         released = False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                self._release(need)
+                self._leave(waiter)
 
         return release
 
