@@ -27,6 +27,7 @@ from barge.emulator.core import (
     sync_call,
     valid_custom_id,
 )
+from barge.emulator.openai_files import list_files
 from barge.emulator.openai_shapes import (
     CHAT_URLS,
     MAX_FILE_BYTES,
@@ -358,6 +359,7 @@ def routes() -> list[web.RouteDef]:
     for prefix in ("/v1", "/openai"):
         out += [
             web.post(f"{prefix}/files", upload_file),
+            web.get(f"{prefix}/files", list_files),
             web.get(f"{prefix}/files/{{file_id}}", get_file),
             web.delete(f"{prefix}/files/{{file_id}}", delete_file),
             web.get(f"{prefix}/files/{{file_id}}/content", file_content),
