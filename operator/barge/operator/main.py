@@ -55,6 +55,20 @@ def run(config: OperatorConfig) -> None:
         listener.stop()  # every record queued so far is written
 
 
+#: How often Kopf re-checks a deleted resource's timer or daemon that did not exit at once (Kopf's default is 60 s).
+#: A pool's timer is often mid-reconcile (awaiting the API server) when its pool is deleted: with the default,
+#: `kubectl delete inferencepool` then waited a whole minute after the reconcile had ended. Each re-check is one
+#: small patch of the resource being deleted, so a short interval costs little.
+CANCELLATION_POLLING_SECONDS = 2.0
+
+
+def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.peering.lifetime = config.peering_lifetime
+    settings.background.cancellation_polling = CANCELLATION_POLLING_SECONDS
+    return settings
+
+
 def _run(config: OperatorConfig) -> None:
     for chatty in ("httpx", "httpx2", "aiohttp.access"):  # one line per HTTP request drowns the useful ones
         logging.getLogger(chatty).setLevel(logging.WARNING)
@@ -64,8 +78,7 @@ def _run(config: OperatorConfig) -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     registry = kopf.OperatorRegistry()
     register(registry, config)
-    settings = kopf.OperatorSettings()
-    settings.peering.lifetime = config.peering_lifetime
+    settings = kopf_settings(config)
     asyncio.run(
         kopf.operator(
             registry=registry,
