@@ -71,8 +71,12 @@ async def test_jobs_wait_their_window_then_go_by_priority_and_what_is_live_count
     assert await turn(low, [800]) == 0  # high goes first: 800 + 800 does not fit 1000
     assert low.held is not None
     # high is admitted in this decision (it creates at its own turn): low is next, and what is left is 200
-    assert (low.held.reason, "position 1 of 1" in low.held.message) == ("QuotaExhausted", True)
-    assert "200 of 1,000 enqueued tokens free" in low.held.message
+    assert (low.held.reason, "position 1 in the queue" in low.held.message) == ("QuotaExhausted", True)
+    # its own needs and the quota, never what other tenants hold nor how many wait behind it (REVIEW-3 L7)
+    assert "needs 800 estimated tokens" in low.held.message
+    assert "(the quota: 1,000 enqueued tokens" in low.held.message
+    assert " of 1" not in low.held.message
+    assert "200" not in low.held.message
     high = gate(queues, ledger, "ns-b/high/2", "b", priority=1)
     assert await turn(high, [800]) == 1
     assert ledger.job("ns-b/high/2")["quota_key"] == AT.key  # type: ignore[index]
@@ -83,7 +87,7 @@ async def test_jobs_wait_their_window_then_go_by_priority_and_what_is_live_count
     low = gate(queues, ledger, "ns-a/low/1", "a")
     assert await turn(low, [800]) == 0
     assert low.held is not None
-    assert "position 1 of 1" in low.held.message
+    assert "position 1 in the queue" in low.held.message
     ledger.abandon_intent("ns-b/high/2", "s00000")  # capacity returns
     high.batch_ended(False)
     low = gate(queues, ledger, "ns-a/low/1", "a")

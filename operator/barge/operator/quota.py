@@ -17,8 +17,9 @@ await), and a deployment's turn by a lock any loop can wait for without blocking
 
 A held job with nothing in flight is phase `Queued` with `Admitted=False`: reason `QuotaExhausted` (the quota
 cannot take the head of the queue, or the deployment backs off after a `token_limit_exceeded` answer) or
-`AdmissionWindow` (its window, or that of a job ahead of it, is still open), and its position "n of m". A job
-with batches in flight keeps its phase and its message says what waits. Metrics: `AdmissionCollector`.
+`AdmissionWindow` (its window, or that of a job ahead of it, is still open), and its position "n" (its own
+place, never how many wait behind it nor what other tenants hold: L7). A job with batches in flight keeps its
+phase and its message says what waits. Metrics: `AdmissionCollector`.
 """
 
 from __future__ import annotations
@@ -367,7 +368,10 @@ class JobGate:
         )
 
     def _hold(self, hold: aq.Hold, free: int | None) -> Held:
-        place = f"position {hold.position} of {hold.of}"
+        # Only the job's own place and needs (REVIEW-3 L7): how many wait behind it and how much of the quota
+        # other tenants' batches hold are theirs; admins read them from barge_admission_* per pool and tenant.
+        del free
+        place = f"position {hold.position} in the queue"
         if hold.cause == "backoff":
             return Held("QuotaExhausted", f"{self._backoff_message()}; {place}")
         if hold.cause == "window":
@@ -379,13 +383,14 @@ class JobGate:
         quota = self._quota()
         room = []
         if quota.enqueued_tokens:
-            room.append(f"{free if free is not None else 0:,} of {quota.enqueued_tokens:,} enqueued tokens free")
+            room.append(f"{quota.enqueued_tokens:,} enqueued tokens")
         if quota.max_live_batches:
-            room.append(f"at most {quota.max_live_batches} live batches")
+            room.append(f"{quota.max_live_batches} live batches")
+        limits = f" (the quota: {' and '.join(room)})" if room else ""
         return Held(
             "QuotaExhausted",
             f"waiting for the batch quota of {self.at.label}: {place}; needs {hold.needed:,} estimated tokens, "
-            + ", ".join(room),
+            f"more than is free now{limits}",
         )
 
     def batch_ended(self, token_limited: bool) -> None:
