@@ -1,0 +1,42 @@
+"""The adapters the provider contract runs on: one row per provider type, nothing else per provider.
+
+A new provider is an adapter in `barge.providers`, emulator endpoints in `barge.emulator`, and one `Case` here;
+`test_provider_contract.py` then holds it to everything the engine relies on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from barge.providers import BatchProvider, make_provider
+
+
+@dataclass(frozen=True)
+class Case:
+    """One adapter as the contract suite drives it against `barge emulator`."""
+
+    kind: str
+    """The provider type (spec.provider.type)."""
+    model: str
+    """A model the emulator and the price table know."""
+    path: str = ""
+    """Appended to the emulator's URL to make spec.provider.baseURL."""
+    objects: int = 1
+    """What `delete_objects` deletes of an ended batch where every request succeeded."""
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}{self.path.replace('/', '-')}" if self.path else self.kind
+
+    def base_url(self, emulator_url: str) -> str:
+        return emulator_url + self.path
+
+    def provider(self, emulator_url: str, key: str = "k", sync_retries: int = 0) -> BatchProvider:
+        return make_provider(self.kind, key, base_url=self.base_url(emulator_url), sync_retries=sync_retries)
+
+
+CASES = [
+    Case("anthropic", "claude-sonnet-4-6", objects=1),  # the batch with its results
+    Case("openai", "gpt-4o-mini", "/v1", objects=2),  # input + output file (no error file)
+    Case("azure-openai", "gpt-4o-mini-batch", objects=3),  # input, output and Azure's empty error file
+]
