@@ -14,7 +14,8 @@ from typing import Any
 
 from barge.api.batchjob import RequestSpec
 from barge.batch.render import ItemError, Renderer
-from barge.providers.base import Request
+from barge.providers.base import Request, ResponseFormat
+from barge.providers.chat_convert import Unconvertible
 from barge.providers.encoding import line_encoder
 
 #: One request over this many encoded bytes is refused: it is far beyond any model's context window.
@@ -42,7 +43,14 @@ class RequestFactory:
             system=self.spec.system,
             cache_system=self.spec.cache_prefix,
             params=dict(self.spec.params),
+            response_format=self._response_format,
+            passthrough=self.spec.mode == "passthrough",
         )
+
+    @property
+    def _response_format(self) -> ResponseFormat | None:
+        fmt = self.spec.response_format
+        return None if fmt is None else ResponseFormat(fmt.name, fmt.json_schema)
 
     def estimate(self, user: str) -> int:
         return estimate_tokens(self.spec.system + user)
@@ -77,10 +85,13 @@ def admit_line(
                 f"duplicate id {item_id!r} (its custom_id {rendered.custom_id!r} is already used by an earlier line)",
                 "duplicate_id",
             )
-        if encode_line is not None:
-            size = len(encode_line(rendered.custom_id, rendered.user))
-        else:
-            size = len(encode(factory(rendered.custom_id, rendered.user)))
+        try:
+            if encode_line is not None:
+                size = len(encode_line(rendered.custom_id, rendered.user))
+            else:
+                size = len(encode(factory(rendered.custom_id, rendered.user)))
+        except Unconvertible as exc:  # a passthrough body the provider has no equal for (providers/chat_convert.py)
+            raise ItemError(str(exc), "unconvertible") from exc
         if size > max_request_bytes:
             raise ItemError(
                 f"request is {size} bytes, over the {max_request_bytes}-byte per-request limit", "request_too_large"

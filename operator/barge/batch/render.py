@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -146,6 +148,12 @@ class Renderer:
         self.custom_id_template = spec.custom_id
         self.fixed = {"promptVersion": spec.request.prompt_version, "runDate": run_date, "tenant": tenant}
         self._id_parts = _PLACEHOLDER.split(spec.custom_id)  # text, name, text, name, ..., text
+        self.body: Callable[[dict[str, Any]], str] | None = None
+        """Set in passthrough mode: the item's checked `body` is the payload (batch/passthrough.py)."""
+        if spec.request.mode == "passthrough":
+            from barge.batch.passthrough import body_payload  # it imports this module's ItemError
+
+            self.body = partial(body_payload, max_tokens=spec.request.max_tokens)
 
     def parse(self, line: bytes) -> dict[str, Any]:
         if isinstance(line, OversizeLine):
@@ -181,10 +189,14 @@ class Renderer:
     def render(self, line_number: int, fields: dict[str, Any]) -> Rendered:
         item_id = self.item_id(fields)
         try:
-            if self.parts is not None:
+            if self.body is not None:
+                user = self.body(fields)
+            elif self.parts is not None:
                 user = self._concat(fields)
             else:
                 user = render_bounded(self.template.generate(**fields), self.env.limits.max_output)
+        except ItemError:
+            raise
         except UndefinedError as exc:
             raise ItemError(f"template references a missing field: {exc.message}", "template_error") from exc
         except RecursionError as exc:

@@ -15,11 +15,21 @@ import orjson
 
 from barge.api.batchjob import RESERVED_PARAMS
 from barge.providers.base import Request
+from barge.providers.chat_convert import to_anthropic
 
 CACHE_TTL = "1h"  # a shared system prefix outlives the default 5 minutes inside a long batch
 
 
+def _body(request: Request) -> tuple[dict[str, Any], int]:
+    """A passthrough request's body (batch/passthrough.py stored it with its cap under max_tokens) and its cap."""
+    body = orjson.loads(request.user)
+    return body, min(int(body.pop("max_tokens", request.max_tokens)), request.max_tokens)
+
+
 def anthropic_params(request: Request) -> dict[str, Any]:
+    if request.passthrough:
+        body, cap = _body(request)
+        return to_anthropic(body, request.model, cap)  # Unconvertible: the line is invalid (batch/plan.py)
     system: Any = request.system
     if request.system and request.cache_system:
         system = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral", "ttl": CACHE_TTL}}]
@@ -33,17 +43,45 @@ def anthropic_params(request: Request) -> dict[str, Any]:
     )
     if request.system:
         body["system"] = system
+    if request.response_format is not None:  # structured outputs (the batch create call carries the beta flag)
+        config = body.get("output_config")
+        body["output_config"] = {
+            **(config if isinstance(config, dict) else {}),
+            "format": {"type": "json_schema", "schema": request.response_format.schema},
+        }
     return body
 
 
 def openai_body(request: Request) -> dict[str, Any]:
+    if request.passthrough:
+        body, cap = _body(request)
+        return {**body, "model": request.model, "max_completion_tokens": cap}
     messages = []
     if request.system:
         messages.append({"role": "system", "content": request.system})  # OpenAI caches long prefixes itself
     messages.append({"role": "user", "content": request.user})
     out = {k: v for k, v in request.params.items() if k not in RESERVED_PARAMS}  # Barge's keys always win
     out.update({"model": request.model, "messages": messages, "max_completion_tokens": request.max_tokens})
+    if request.response_format is not None:  # OpenAI, Azure and vLLM alike
+        fmt = request.response_format
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": fmt.name, "schema": fmt.schema, "strict": True},
+        }
     return out
+
+
+def mistral_body(request: Request) -> dict[str, Any]:
+    """Mistral's chat completions body: OpenAI's (messages, response_format) with `max_tokens`, the name Mistral
+    has for it. It keeps `model`: the adapter reads a batch job's model from its first line."""
+    body = openai_body(request)
+    body["max_tokens"] = body.pop("max_completion_tokens", request.max_tokens)
+    return body
+
+
+def encode_mistral(request: Request) -> bytes:
+    """One line of a Mistral batch input file: `{"custom_id", "body"}` (the job names the endpoint)."""
+    return orjson.dumps({"custom_id": request.custom_id, "body": mistral_body(request)})
 
 
 def encode_anthropic(request: Request) -> bytes:
@@ -69,6 +107,8 @@ def line_encoder(encode: Callable[[Request], bytes], template: Request) -> Calla
     def slow(custom_id: str, user: str) -> bytes:
         return encode(replace(template, custom_id=custom_id, user=user))
 
+    if template.passthrough:  # `user` is a body in JSON, not a string placed in a fixed frame
+        return slow
     parts = slow(_MARK, _MARK).split(orjson.dumps(_MARK))
     if len(parts) != 3:
         return slow
@@ -83,11 +123,13 @@ def line_encoder(encode: Callable[[Request], bytes], template: Request) -> Calla
 
 
 def encoder(kind: str) -> Callable[[Request], bytes]:
-    """The batch encoding of `kind` (anthropic, openai, azure-openai)."""
+    """The batch encoding of `kind` (anthropic, openai, azure-openai, openai-compatible, mistral)."""
     if kind == "anthropic":
         return encode_anthropic
-    if kind in ("openai", "azure-openai"):
+    if kind in ("openai", "azure-openai", "openai-compatible"):
         return openai_encoder(AZURE_URL if kind == "azure-openai" else OPENAI_URL)
+    if kind == "mistral":
+        return encode_mistral
     raise ValueError(f"unknown provider type {kind!r}")
 
 
