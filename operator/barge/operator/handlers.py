@@ -15,7 +15,7 @@ import kopf
 from barge.batch import prices, zygote
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
-from barge.operator import diffbase, jobs, metrics, pools, purge, schedules
+from barge.operator import diffbase, jobs, metrics, pools, ports, purge, schedules
 from barge.operator import login as inclusterlogin
 from barge.operator.cache import CachedKube
 
@@ -41,12 +41,16 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             prefix="barge.dev", key="last-handled-configuration"
         )
         settings.posting.level = logging.WARNING  # Barge posts its own events; Kopf's only when something is wrong
+        try:  # first: a taken port stops the operator (a Pod that cannot serve its probes must crash visibly)
+            sock = ports.listen(config.metrics_port) if config.metrics_port else None
+        except ports.PortUnavailable as exc:
+            raise kopf.PermanentError(str(exc)) from exc
         ctx = jobs.Context(config, Ledger(config.ledger_url), CachedKube(), prices.load(config.prices_file))
         memo["ctx"] = ctx
         await asyncio.to_thread(zygote.SERVER.warm)  # planners fork from it: its imports are done before jobs come
         memo["lag"] = asyncio.create_task(ctx.lags["main"].watch())
-        if config.metrics_port:
-            memo["server"] = await metrics.start_server(ctx, config.metrics_port)
+        if sock is not None:
+            memo["server"] = await metrics.start_server(ctx, config.metrics_port, sock)
         if config.ledger_purge_seconds > 0:
             memo["purge"] = asyncio.create_task(purge.run(ctx))
 

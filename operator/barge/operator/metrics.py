@@ -17,6 +17,7 @@ Per tenant and namespace, the deadline and success-ratio gauges describe the run
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from prometheus_client.registry import Collector
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.k8s.pool import PENDING_METRIC
 from barge.ledger import lifetime, space
-from barge.operator import quota
+from barge.operator import ports, quota
 from barge.operator.looplag import LagCollector, stuck
 from barge.providers.base import Usage
 
@@ -471,7 +472,9 @@ class BargeCollector(Collector):
         yield age
 
 
-async def start_server(ctx: Context, port: int) -> web.AppRunner:
+async def start_server(ctx: Context, port: int, sock: socket.socket | None = None) -> web.AppRunner:
+    """Serve /metrics and /healthz on `sock` (bound by the caller, ports.listen) or else on `port`."""
+    sock = sock if sock is not None else ports.listen(port)  # a taken port raises PortUnavailable, naming it
     registry = CollectorRegistry()
     registry.register(BargeCollector(ctx))
     registry.register(LagCollector(ctx.lags))
@@ -492,5 +495,5 @@ async def start_server(ctx: Context, port: int) -> web.AppRunner:
     app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", port).start()
+    await web.SockSite(runner, sock).start()
     return runner
