@@ -25,9 +25,8 @@ from barge.api.common import (
     cel,
     validations,
 )
-from barge.api.response_format import ResponseFormatSpec
 
-ProviderType = Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "pool"]
+ProviderType = Literal["anthropic", "openai", "azure-openai", "pool"]
 Phase = Literal[
     "Pending", "Queued", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended"
 ]
@@ -91,19 +90,10 @@ class ProviderSpec(Model):
                 "spec.provider.secretRef is required unless spec.provider.type is pool",
                 field_path=".secretRef",
             ),
-            cel(
-                "self.type != 'openai-compatible' || (has(self.baseURL) && size(self.baseURL) > 0)",
-                "spec.provider.baseURL is required when spec.provider.type is openai-compatible",
-                field_path=".baseURL",
-            ),
         )
     )
 
-    type: ProviderType = Field(
-        description="anthropic, openai, azure-openai, openai-compatible (any service serving OpenAI's /v1/files and "
-        "/v1/batches at baseURL: Groq, Together, a vLLM batch API, a company proxy), mistral, or pool (an "
-        "InferencePool)."
-    )
+    type: ProviderType = Field(description="anthropic, openai, azure-openai, or pool (an InferencePool).")
     model: str = Field(
         "",
         description="Model name; for Azure OpenAI the Global-Batch deployment name; "
@@ -133,71 +123,17 @@ class ProviderSpec(Model):
             raise ValueError("spec.provider.model is required unless spec.provider.type is pool")
         if self.type != "pool" and self.secret_ref is None:
             raise ValueError("spec.provider.secretRef is required unless spec.provider.type is pool")
-        if self.type == "openai-compatible" and not self.base_url:
-            raise ValueError("spec.provider.baseURL is required when spec.provider.type is openai-compatible")
-        return self
-
-
-def _cel_error(expression: str) -> str | None:
-    """Why a CEL expression does not compile (celpy's parser), or None."""
-    import celpy  # the operator's CEL (cel-python); imported where a spec has one
-
-    try:
-        celpy.Environment().compile(expression)
-    except Exception as exc:  # celpy raises CELParseError, and others on odd input
-        return " ".join(str(exc).split())[:300]
-    return None
-
-
-class FromJobSpec(Model):
-    """Another LLMBatchJob's results as this job's input: the cascade (barge/cascade/). CEL sees one result line:
-    id, custom_id, status, output, output_json (the output parsed as JSON, {} if it is not: test it with has()), usage, line and
-    input (the upstream item's fields)."""
-
-    name: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-        description="The upstream LLMBatchJob, in this job's namespace. The job waits (Pending, Admitted=False "
-        "WaitingForUpstream) until it has results, then takes them as its batches land.",
-    )
-    namespace: str | None = Field(
-        None,
-        max_length=63,
-        description="Only this job's own namespace is allowed: any other is refused (Admitted=False CrossNamespace).",
-    )
-    select: str = Field(
-        "status == 'succeeded'",
-        min_length=1,
-        max_length=4096,
-        description="CEL over a result line choosing the items that go on (true: goes on). An error or a value "
-        "that is not a bool makes that item invalid, with the reason.",
-    )
-    fields: dict[str, str] = Field(
-        default_factory=dict,
-        max_length=64,
-        description="Template variable -> CEL over the result line (e.g. claim: input.text, label: "
-        "output_json.category). Empty: the upstream item's fields plus output and output_json.",
-    )
-
-    @model_validator(mode="after")
-    def _compiles(self) -> FromJobSpec:
-        for where, expression in [("select", self.select), *((f"fields.{k}", v) for k, v in self.fields.items())]:
-            why = _cel_error(expression)
-            if why is not None:
-                raise ValueError(f"spec.input.fromJob.{where} is not a CEL expression: {why}")
         return self
 
 
 class InputSpec(Model):
-    """Where the JSONL items come from: exactly one of url, configMapRef, inline, fromJob."""
+    """Where the JSONL items come from: exactly one of url, configMapRef, inline."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel(
-                "[has(self.url), has(self.configMapRef), has(self.inline), has(self.fromJob)].filter(x, x).size() == 1",
-                "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline, spec.input.fromJob "
-                "must be set",
+                "[has(self.url), has(self.configMapRef), has(self.inline)].filter(x, x).size() == 1",
+                "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set",
             ),
         )
     )
@@ -213,9 +149,6 @@ class InputSpec(Model):
     inline: list[dict[str, Any]] | None = Field(
         None, max_length=1000, description="Items written in the manifest (small jobs and tests)."
     )
-    from_job: FromJobSpec | None = Field(
-        None, description="Another LLMBatchJob's results (same namespace), selected and mapped by CEL: a cascade."
-    )
     id_field: str = Field("id", min_length=1, max_length=128, description="Field of each item holding its id.")
     credentials_secret_ref: LocalObjectRef | None = Field(
         None,
@@ -227,11 +160,8 @@ class InputSpec(Model):
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSpec:
-        if sum(x is not None for x in (self.url, self.config_map_ref, self.inline, self.from_job)) != 1:
-            raise ValueError(
-                "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline, spec.input.fromJob "
-                "must be set"
-            )
+        if sum(x is not None for x in (self.url, self.config_map_ref, self.inline)) != 1:
+            raise ValueError("exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set")
         return self
 
 
@@ -267,12 +197,6 @@ class RequestSpec(Model):
         "temperature, tools ...; converted for Anthropic), except that Barge sets the model, keeps maxTokens as "
         "the cap (a lower max_tokens/max_completion_tokens in the body is kept) and refuses the line if the body "
         "sets " + ", ".join(PASSTHROUGH_RESERVED) + "; system, template and params are then unused.",
-    )
-    response_format: ResponseFormatSpec | None = Field(
-        None,
-        description="Structured outputs: {name, schema}. Every answer must be JSON that follows the schema: a "
-        "valid one is written as output_json beside output; one that is not is an invalid_output, retried up "
-        "to retry.maxAttempts, then failed (failures.jsonl names the validation error).",
     )
 
     @model_validator(mode="after")
@@ -448,11 +372,6 @@ class Counts(Model):
     refused: int = Field(0, ge=0, description="Items the model refused (a result, not a failure).")
     invalid: int = Field(0, ge=0, description="Items that can never succeed (bad input or request).")
     failed: int = Field(0, ge=0, description="Items that ended without a result after all attempts.")
-    invalid_output: int = Field(
-        0,
-        ge=0,
-        description="Items whose last answer broke spec.request.responseFormat (retrying, or failed for good).",
-    )
     retrying: int = Field(0, ge=0, description="Items waiting to be resubmitted.")
     via_fallback: int = Field(0, ge=0, description="Items finished through the synchronous path.")
 

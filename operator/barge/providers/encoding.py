@@ -43,12 +43,6 @@ def anthropic_params(request: Request) -> dict[str, Any]:
     )
     if request.system:
         body["system"] = system
-    if request.response_format is not None:  # structured outputs (the batch create call carries the beta flag)
-        config = body.get("output_config")
-        body["output_config"] = {
-            **(config if isinstance(config, dict) else {}),
-            "format": {"type": "json_schema", "schema": request.response_format.schema},
-        }
     return body
 
 
@@ -62,26 +56,7 @@ def openai_body(request: Request) -> dict[str, Any]:
     messages.append({"role": "user", "content": request.user})
     out = {k: v for k, v in request.params.items() if k not in RESERVED_PARAMS}  # Barge's keys always win
     out.update({"model": request.model, "messages": messages, "max_completion_tokens": request.max_tokens})
-    if request.response_format is not None:  # OpenAI, Azure and vLLM alike
-        fmt = request.response_format
-        out["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": fmt.name, "schema": fmt.schema, "strict": True},
-        }
     return out
-
-
-def mistral_body(request: Request) -> dict[str, Any]:
-    """Mistral's chat completions body: OpenAI's (messages, response_format) with `max_tokens`, the name Mistral
-    has for it. It keeps `model`: the adapter reads a batch job's model from its first line."""
-    body = openai_body(request)
-    body["max_tokens"] = body.pop("max_completion_tokens", request.max_tokens)
-    return body
-
-
-def encode_mistral(request: Request) -> bytes:
-    """One line of a Mistral batch input file: `{"custom_id", "body"}` (the job names the endpoint)."""
-    return orjson.dumps({"custom_id": request.custom_id, "body": mistral_body(request)})
 
 
 def encode_anthropic(request: Request) -> bytes:
@@ -123,13 +98,11 @@ def line_encoder(encode: Callable[[Request], bytes], template: Request) -> Calla
 
 
 def encoder(kind: str) -> Callable[[Request], bytes]:
-    """The batch encoding of `kind` (anthropic, openai, azure-openai, openai-compatible, mistral)."""
+    """The batch encoding of `kind` (anthropic, openai, azure-openai)."""
     if kind == "anthropic":
         return encode_anthropic
-    if kind in ("openai", "azure-openai", "openai-compatible"):
+    if kind in ("openai", "azure-openai"):
         return openai_encoder(AZURE_URL if kind == "azure-openai" else OPENAI_URL)
-    if kind == "mistral":
-        return encode_mistral
     raise ValueError(f"unknown provider type {kind!r}")
 
 
