@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from barge import admission_policy, pool_placement
+from barge import admission_policy, budget_policy, pool_placement
 from barge import limits as limits_
 from barge.limits import LedgerLimits
 
@@ -122,6 +122,8 @@ class Policy:
     own name (policy tenancy.requireLabel; BARGE_REQUIRE_TENANT_LABEL, which the chart sets for new installs)."""
     ledger: LedgerLimits = field(default_factory=LedgerLimits)
     """What one job and one tenant may hold in the shared ledger (policy section `ledger`, barge/limits.py)."""
+    budgets: budget_policy.BudgetPolicy = budget_policy.DEFAULT
+    """Monthly budgets per tenant and namespace (policy section `budgets`, barge/budget_policy.py)."""
 
     def prefixes_for(self, namespace: str, tenant: str) -> tuple[str, ...]:
         """The storage prefixes of one tenant, placeholders expanded."""
@@ -407,7 +409,7 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
     """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes,
     each with {tenant} or {namespace} unless `shared_file_roots` (BARGE_SHARED_FILE_ROOTS) or sharedFileRoots."""
     data = dict(data or {})
-    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "admission", "ledger", "tenancy"}
+    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "admission", "ledger", "tenancy", "budgets"}
     if unknown:
         raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
     storage = dict(data.get("storage") or {})
@@ -440,5 +442,6 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         max_payload_bytes=int(workers.get("maxPayloadBytes", Policy.max_payload_bytes)),
         admission=admission_policy.parse(data.get("admission")),
         ledger=limits_.parse(data.get("ledger")),
+        budgets=budget_policy.parse(data.get("budgets")),
         require_tenant_label=bool(dict(data.get("tenancy") or {}).get("requireLabel", False)),
     )

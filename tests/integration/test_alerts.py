@@ -49,6 +49,11 @@ REQUIRED = {
     "BargePoolScalingConflict",
     "BargeWorkerDeadLettersRising",
     "BargeWorkerQuotaCappedBacklogGrowing",
+    "BargeTenantBudgetWarning",
+    "BargeTenantBudgetExhausted",
+    "BargeAdmissionQueueStalled",
+    "BargeAdmissionTokenLimitAnswers",
+    "BargeAdmissionWaitHigh",
 }
 
 
@@ -323,7 +328,78 @@ def cases(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             ("10m", []),  # pending
             ("35m", fires("BargeWorkerQuotaCappedBacklogGrowing", WORKER, "2")),
         ),
+        *spend_and_admission_cases(case, fires),
     ]
+
+
+def spend_and_admission_cases(case: Any, fires: Any) -> list[dict[str, Any]]:
+    """#31: tenant budgets (warnAt 0.8 of $100 for claims-team; search-team far below its $500) and the
+    quota-aware admission queue's series."""
+    team, other = {"tenant": "claims-team"}, {"tenant": "search-team"}
+    spend = [
+        op("barge_tenant_spend_usd", "50 85 95 105 105", **team),
+        op("barge_tenant_budget_usd", "100+0x4", **team),
+        op("barge_tenant_budget_warn_usd", "80+0x4", **team),
+        op("barge_tenant_spend_usd", "10 20 30 40 50", **other),
+        op("barge_tenant_budget_usd", "500+0x4", **other),
+        op("barge_tenant_budget_warn_usd", "400+0x4", **other),
+        # a tenant with spend but no budget in the policy: never alerted
+        op("barge_tenant_spend_usd", "900+0x4", tenant="free-team"),
+    ]
+    claims_pool = {"namespace": "claims", "pool": "claims-azure"}
+    waits = []
+    for le, fast, slow in [
+        ("60", "0+1x20", "0+0x20"),
+        ("1800", "0+1x20", "0+0x20"),
+        ("3600", "0+1x20", "0+0x20"),
+        ("7200", "0+1x20", "0+1x20"),
+        ("+Inf", "0+1x20", "0+1x20"),
+    ]:
+        waits.append(op("barge_admission_wait_seconds_bucket", slow, le=le, tenant="claims-team", **claims_pool))
+        waits.append(op("barge_admission_wait_seconds_bucket", fast, le=le, tenant="search-team", **POOL))
+    return [
+        case(
+            "BargeTenantBudgetWarning",
+            spend,
+            ("0m", []),
+            ("1m", fires("BargeTenantBudgetWarning", team, "85")),
+            ("2m", fires("BargeTenantBudgetWarning", team, "95")),
+            ("3m", []),  # at the budget: the critical alert instead
+        ),
+        case(
+            "BargeTenantBudgetExhausted",
+            spend,
+            ("2m", []),
+            ("3m", fires("BargeTenantBudgetExhausted", team, "105")),
+        ),
+        case(
+            "BargeAdmissionQueueStalled",
+            [
+                op("barge_admission_queued_jobs", "2+0x150", tenant="claims-team", **claims_pool),
+                op("barge_admission_queued_jobs", "1 0 1 0 1 0 1 0 1 0 0+0x140", tenant="search-team", **POOL),
+            ],
+            ("60m", []),  # pending
+            ("125m", fires("BargeAdmissionQueueStalled", {**claims_pool, "tenant": "claims-team"}, "2")),
+        ),
+        case(
+            "BargeAdmissionTokenLimitAnswers",
+            [
+                op("barge_admission_token_limit_answers_total", "0 0 2 2 2", **claims_pool),
+                op("barge_admission_token_limit_answers_total", "3+0x4", **POOL),
+            ],
+            ("1m", []),
+            ("4m", fires("BargeAdmissionTokenLimitAnswers", claims_pool, "2")),
+        ),
+        case(
+            "BargeAdmissionWaitHigh",
+            waits,
+            ("10m", fires("BargeAdmissionWaitHigh", claims_pool, WAIT_P90)),
+        ),
+    ]
+
+
+#: histogram_quantile(0.9) of waits that all fell in (3600, 7200]: 3600 + 0.9 * 3600 s.
+WAIT_P90 = "1h 54m 0s"
 
 
 def test_rules_pass_promtool_check(rules_file: Path) -> None:

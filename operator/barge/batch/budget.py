@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.api.common import ModelPrice
@@ -20,8 +20,13 @@ from barge.batch import prices
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import Usage
 
+if TYPE_CHECKING:
+    from barge.batch.tenant_budget import TenantCap
+
 Event = Callable[[str, str, str], None]
 BUDGET = "budget_exceeded"
+TENANT_BUDGET = "tenant_budget_exceeded"
+TENANT_EXCEEDED = "TenantBudgetExceeded"
 
 
 def job_prices(
@@ -50,8 +55,18 @@ def missing_price_message(model: str, spec: LLMBatchJobSpec) -> str:
 
 
 class Budget:
-    def __init__(self, ledger: Ledger, key: str, spec: LLMBatchJobSpec, model: str, table: prices.PriceTable) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        key: str,
+        spec: LLMBatchJobSpec,
+        model: str,
+        table: prices.PriceTable,
+        tenant: TenantCap | None = None,
+    ) -> None:
         self.ledger, self.key, self.spec, self.model, self.table = ledger, key, spec, model, table
+        self.tenant = tenant
+        """The admin's monthly budget the job falls under (batch/tenant_budget.py), if any."""
 
     @property
     def unpriced(self) -> bool:
@@ -81,7 +96,30 @@ class Budget:
         return self.unpriced or self.estimate(batch=not sync_only) > budget.max_cost
 
     def within(self, on_event: Event) -> bool:
-        """Resubmissions stop when what was spent plus what remains would pass the budget."""
+        """Resubmissions stop when what was spent plus what remains would pass the budget (the job's, then the
+        tenant's)."""
+        return self._within_job(on_event) and self._within_tenant(on_event)
+
+    def _within_tenant(self, on_event: Event) -> bool:
+        cap = self.tenant
+        if cap is None or not self.ledger.batches_of(self.key):
+            return True
+        tokens, count = self.ledger.estimate_inputs(self.key, ("pending",))
+        if not count:
+            return True
+        spent, remaining = cap.spent(), cap.cost(tokens, count * self.spec.request.max_tokens, batch=True)
+        if spent + remaining <= cap.limit.monthly_usd:
+            return True
+        reason = cap.message(spent, remaining, "to go")
+        left = [
+            ItemUpdate(cid, "failed", TENANT_BUDGET, reason)
+            for _, cid in self.ledger.iter_items(self.key, "custom_id", ("pending",))
+        ]
+        self.ledger.apply(self.key, left)
+        on_event(TENANT_EXCEEDED, f"{len(left)} items not resubmitted: {reason}", "Warning")
+        return False
+
+    def _within_job(self, on_event: Event) -> bool:
         budget = self.spec.budget
         if budget is None or not self.ledger.batches_of(self.key):
             return True
@@ -106,6 +144,28 @@ class Budget:
         """The synchronous path stops at the budget like batches do: `rows` (line, custom_id, payload, est_tokens,
         attempts) in line order are sent while spent + batches still in flight + their estimate at the
         synchronous price fit; the rest are failed with `budget_exceeded`. Returns the rows to send."""
+        rows = self._split_sync_tenant(self._split_sync_job(rows, on_event), on_event)
+        return rows
+
+    def _split_sync_tenant(self, rows: list[tuple[Any, ...]], on_event: Event) -> list[tuple[Any, ...]]:
+        cap = self.tenant
+        if cap is None or not rows:
+            return rows
+        tokens, count = self.ledger.estimate_inputs(self.key, ("submitting", "submitted"))
+        spent = cap.spent()
+        room = cap.limit.monthly_usd - spent - cap.cost(tokens, count * self.spec.request.max_tokens, batch=True)
+        for n, row in enumerate(rows):
+            cost = cap.cost(int(row[3]), self.spec.request.max_tokens, batch=False)
+            if cost > room:
+                reason = cap.message(cap.limit.monthly_usd - room, cost, "for the next synchronous request")
+                left = [ItemUpdate(r[1], "failed", TENANT_BUDGET, reason) for r in rows[n:]]
+                self.ledger.apply(self.key, left)
+                on_event(TENANT_EXCEEDED, f"{len(left)} items not sent synchronously: {reason}", "Warning")
+                return rows[:n]
+            room -= cost
+        return rows
+
+    def _split_sync_job(self, rows: Sequence[tuple[Any, ...]], on_event: Event) -> list[tuple[Any, ...]]:
         budget = self.spec.budget
         if budget is None:
             return list(rows)

@@ -183,7 +183,7 @@ async def send_pending(
     if not sync:
         _fail_all(ledger, job, "deadline_exceeded", "deadline reached and spec.fallback.sync is false")
         return
-    if budget.spec.budget is not None:  # the budget's cut, in line order: over ids and estimates, not payloads
+    if budget.spec.budget is not None or budget.tenant is not None:  # the budgets' cut, in line order (ids, estimates)
         rows = [
             (line, cid, None, est, n)
             for line, cid, est, n in ledger.iter_items(job, "custom_id, est_tokens, attempts", ("pending",))

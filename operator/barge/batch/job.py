@@ -62,6 +62,8 @@ class Job:
     """Condition types already True in the status (so a standing problem is announced once)."""
     pool_price: ModelPrice | None = None
     """The provider pool's spec.provider.price, for a job on one (its own spec.budget.price wins)."""
+    schedule: str = ""
+    """The LLMBatchSchedule that created the job (its barge.dev/schedule label), for cost reports' tags."""
 
     @property
     def spec_hash(self) -> str:

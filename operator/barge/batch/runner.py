@@ -16,7 +16,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 
-from barge.batch import admission_queue, adoption, budget, capacity, failpoints, plan, planner, prices, retention
+from barge.batch import (
+    admission_queue,
+    adoption,
+    budget,
+    capacity,
+    failpoints,
+    plan,
+    planner,
+    prices,
+    retention,
+    tenant_budget,
+)
 from barge.batch.bounded import bound
 from barge.batch.fallback import send_pending
 from barge.batch.ingest import give_up, ingest, report_events
@@ -25,6 +36,7 @@ from barge.batch.offloop import run as off_loop
 from barge.batch.outputs import write_outputs
 from barge.batch.render import PlanError
 from barge.batch.snapshot import LEDGER_MISMATCH, Snapshot, build_snapshot, ledger_mismatch, mismatch_message
+from barge.budget_policy import BudgetPolicy
 from barge.ledger import ItemUpdate, Ledger, lifetime
 from barge.providers.base import BatchInfo, BatchProvider
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient
@@ -54,12 +66,14 @@ class JobRunner:
         guard: asyncio.Lock | None = None,
         halted: Callable[[], bool] = lambda: False,
         admission: admission_queue.Gate | None = None,
+        budgets: BudgetPolicy | None = None,
     ) -> None:
         self.job = job
         self.provider = provider
         self.ledger = ledger
         self.prices = budget.job_prices(price_table, job.spec, job.model, job.pool_price)
-        self.budget = budget.Budget(ledger, job.key, job.spec, job.model, self.prices)
+        cap = tenant_budget.cap_for(ledger, budgets, price_table, job.key, job.tenant, job.model, clock)
+        self.budget = budget.Budget(ledger, job.key, job.spec, job.model, self.prices, cap)
         self.settings = settings or EngineSettings()
         self.clock = clock
         self.on_event = on_event or (lambda reason, message, kind: log.info("%s: %s", reason, message))
@@ -86,7 +100,14 @@ class JobRunner:
             if LEDGER_MISMATCH not in self.job.reported:
                 self.on_event(LEDGER_MISMATCH, mismatch_message(self.unknown), "Warning")
             return self.snapshot()
-        row = self.ledger.ensure_job(key, self.job.spec_hash, self.job.tenant, self.job.model)
+        row = self.ledger.ensure_job(
+            key,
+            self.job.spec_hash,
+            self.job.tenant,
+            self.job.model,
+            provider=self.job.spec.provider.type,
+            schedule=self.job.schedule,
+        )
         if row["spec_hash"] != self.job.spec_hash and not row["fatal"]:
             self._fail(
                 "the ledger holds this job with a different spec; immutable fields cannot change "
@@ -108,6 +129,7 @@ class JobRunner:
             if self.budget.unpriced:  # not admitted: the snapshot says which price is missing
                 return self.snapshot()
             await self._plan()
+        self._admit_tenant()  # Refused (Admitted=False TenantBudgetExceeded) until the tenant's month has room
         if self.budget_hold():
             return self.snapshot()
         try:
@@ -179,6 +201,12 @@ class JobRunner:
 
     def estimate(self, *, batch: bool, states: tuple[str, ...] = ("pending", "submitting", "submitted")) -> Decimal:
         return self.budget.estimate(batch=batch, states=states)
+
+    def _admit_tenant(self) -> None:
+        cap = self.budget.tenant
+        if cap is not None:
+            tokens, count = self.ledger.estimate_inputs(self.job.key, ("pending", "submitting", "submitted"))
+            cap.admit((tokens, count * self.job.spec.request.max_tokens), batch=not self.sync_only)
 
     def budget_hold(self) -> bool:
         return self.budget.hold(sync_only=self.sync_only)

@@ -178,16 +178,19 @@ class Ledger:
             row = conn.execute(select(jobs).where(jobs.c.job == job)).mappings().first()
         return dict(row) if row else None
 
-    def ensure_job(self, job: str, spec_hash: str, tenant: str = "", model: str = "") -> dict[str, Any]:
+    def ensure_job(
+        self, job: str, spec_hash: str, tenant: str = "", model: str = "", *, provider: str = "", schedule: str = ""
+    ) -> dict[str, Any]:
         found = self.job(job)
         if found is None:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(
                     self._sql(
-                        "INSERT INTO jobs (job, spec_hash, tenant, model, planned, total, phase, fatal, cutoff_done) "
-                        "VALUES (?, ?, ?, ?, ?, 0, 'Pending', '', ?) ON CONFLICT (job) DO NOTHING"
+                        "INSERT INTO jobs (job, spec_hash, tenant, model, planned, total, phase, fatal, cutoff_done, "
+                        "provider, schedule) VALUES (?, ?, ?, ?, ?, 0, 'Pending', '', ?, ?, ?) "
+                        "ON CONFLICT (job) DO NOTHING"
                     ),
-                    (job, spec_hash, tenant, model, False, False),
+                    (job, spec_hash, tenant, model, False, False, provider, schedule),
                 )
             found = self.job(job)
         assert found is not None

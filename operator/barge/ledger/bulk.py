@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from barge.ledger import summary
+from barge.ledger import spend, summary
 from barge.ledger.schema import NO_RESULT
 
 ROW = (
@@ -185,6 +185,10 @@ def apply(
             if usage is None:
                 usage = tally(job, rows)[1]
             cursor.execute(sql, (*usage, job, batch_id))
+            answered = sum(1 for r in rows if r[7] or r[8] or r[9] or r[10])
+            spend.record(cursor, postgres, job, "batch", batch_id, (answered, *usage[:4]))
+        else:
+            spend.record(cursor, postgres, job, "sync", None, spend.sync_counted(rows))
     finally:
         cursor.close()
     return True

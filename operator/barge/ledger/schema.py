@@ -46,6 +46,9 @@ jobs = Table(
     Column("unlisted", Integer, nullable=False, default=0, server_default="0"),
     # when the LLMBatchJob was deleted (lifetime.forget_job): its audit rows are purged ledger.deletedJobsKeptFor later
     Column("deleted_at", Float),
+    # what cost reports tag the job's spend with (ledger/spend.py): its provider type and its LLMBatchSchedule, if any
+    Column("provider", String(32), nullable=False, default="", server_default=""),
+    Column("schedule", String(253), nullable=False, default="", server_default=""),
 )
 
 #: Item states: pending -> submitting (in an open intent) -> submitted (in a batch) -> a terminal state,
@@ -178,6 +181,28 @@ folded_counts = Table(
     Column("cache_write_tokens", BigInteger, nullable=False, default=0),
 )
 
+#: Usage per job, hour and path (batch or sync), with the job's tenant, namespace, model and provider copied in:
+#: what tenant budgets (month-to-date spend, by the (tenant, hour) index) and cost reports (FOCUS) read, never a scan
+#: of the items. Added to by the same statements that record usage (ledger/spend.py, called by ledger/bulk.py), in
+#: their transactions; never decreased (a purged job's spend stays spent).
+spend_hours = Table(
+    "spend_hours",
+    metadata,
+    Column("job", String(400), primary_key=True),
+    Column("hour", BigInteger, primary_key=True),  # Unix seconds of the hour's start (UTC)
+    Column("via", String(8), primary_key=True),  # batch | sync
+    Column("tenant", String(128), nullable=False, default=""),
+    Column("model", String(256), nullable=False, default=""),
+    Column("provider", String(32), nullable=False, default=""),
+    Column("requests", BigInteger, nullable=False, default=0),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_read_tokens", BigInteger, nullable=False, default=0),
+    Column("cache_write_tokens", BigInteger, nullable=False, default=0),
+    Index("ix_spend_tenant_hour", "tenant", "hour"),
+    Index("ix_spend_hour", "hour"),
+)
+
 #: Columns made 64-bit after a table's first release, (table, column): PostgreSQL ledgers made before get them
 #: widened when opened (SQLite's INTEGER is 64-bit whatever the declared type).
 WIDENED = tuple(("batches", c) for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
@@ -192,4 +217,6 @@ ADDED_COLUMNS = (
     ("jobs", "quota_key", "VARCHAR(64)"),
     ("jobs", "unlisted", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "deleted_at", "FLOAT"),
+    ("jobs", "provider", "VARCHAR(32) NOT NULL DEFAULT ''"),
+    ("jobs", "schedule", "VARCHAR(253) NOT NULL DEFAULT ''"),
 )

@@ -171,6 +171,7 @@ async def build_job(
             str(c.get("type")) for c in (status or {}).get("conditions") or [] if c.get("status") == "True"
         ),
         pool_price=pool_price,
+        schedule=str((meta.get("labels") or {}).get(schedule.SCHEDULE_LABEL, "")),
     )
 
 
@@ -225,7 +226,7 @@ async def _write(ctx: Context, meta: dict[str, Any], old: dict[str, Any], new: d
 async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
     """The daemon of one job: step until terminal (or until Kopf stops it). A step that raises becomes a
     StepFailed condition, a Warning event and a counted reason, retried with backoff (faults.py)."""
-    meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid", "creationTimestamp")}
+    meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid", "creationTimestamp", "labels")}
     current: dict[str, Any] = dict(body.get("status") or {})
     key = job_key(meta)
     failures = 0
@@ -330,6 +331,7 @@ async def _step(
                 guard=ctx.guard(job.key),
                 halted=lambda: job.key in ctx.deleting,
                 admission=gate,
+                budgets=ctx.config.policy.budgets,
             )
             try:
                 snap = await runner.step()
