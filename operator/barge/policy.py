@@ -67,6 +67,8 @@ PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
     "anthropic": ("api.anthropic.com",),
     "openai": ("api.openai.com",),
     "azure-openai": ("*.openai.azure.com", "*.cognitiveservices.azure.com"),
+    "mistral": ("api.mistral.ai",),
+    # openai-compatible has no host of its own: its baseURL must be one of the admin's endpoints
 }
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"})
 METADATA_ADDRESSES = frozenset(

@@ -40,3 +40,7 @@ CASES = [
     Case("openai", "gpt-4o-mini", "/v1", objects=2),  # input + output file (no error file)
     Case("azure-openai", "gpt-4o-mini-batch", objects=3),  # input, output and Azure's empty error file
 ]
+CASES += [
+    Case("openai-compatible", "llama-3.1-8b-instant", "/groq/openai/v1", objects=2),  # Groq's base path
+    Case("openai-compatible", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "/together/v1", objects=2),  # Together's
+]

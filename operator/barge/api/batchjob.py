@@ -26,7 +26,7 @@ from barge.api.common import (
     validations,
 )
 
-ProviderType = Literal["anthropic", "openai", "azure-openai", "pool"]
+ProviderType = Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "pool"]
 Phase = Literal[
     "Pending", "Queued", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended"
 ]
@@ -90,10 +90,19 @@ class ProviderSpec(Model):
                 "spec.provider.secretRef is required unless spec.provider.type is pool",
                 field_path=".secretRef",
             ),
+            cel(
+                "self.type != 'openai-compatible' || (has(self.baseURL) && size(self.baseURL) > 0)",
+                "spec.provider.baseURL is required when spec.provider.type is openai-compatible",
+                field_path=".baseURL",
+            ),
         )
     )
 
-    type: ProviderType = Field(description="anthropic, openai, azure-openai, or pool (an InferencePool).")
+    type: ProviderType = Field(
+        description="anthropic, openai, azure-openai, openai-compatible (any service serving OpenAI's /v1/files and "
+        "/v1/batches at baseURL: Groq, Together, a vLLM batch API, a company proxy), mistral, or pool (an "
+        "InferencePool)."
+    )
     model: str = Field(
         "",
         description="Model name; for Azure OpenAI the Global-Batch deployment name; "
@@ -123,6 +132,8 @@ class ProviderSpec(Model):
             raise ValueError("spec.provider.model is required unless spec.provider.type is pool")
         if self.type != "pool" and self.secret_ref is None:
             raise ValueError("spec.provider.secretRef is required unless spec.provider.type is pool")
+        if self.type == "openai-compatible" and not self.base_url:
+            raise ValueError("spec.provider.baseURL is required when spec.provider.type is openai-compatible")
         return self
 
 

@@ -114,7 +114,9 @@ class EngineSpec(Model):
 class PoolProvider(Model):
     """An external provider deployment this pool stands for."""
 
-    type: Literal["anthropic", "openai", "azure-openai"] = Field(description="Provider.")
+    type: Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral"] = Field(
+        description="Provider (openai-compatible needs baseURL)."
+    )
     model: str = Field(min_length=1, description="Model or (Azure) deployment name.")
     secret_ref: SecretKeyRef = Field(description="Secret holding the API key.")
     base_url: str = Field("", alias="baseURL", description="Handed to the SDK as base_url; Azure: endpoint.")

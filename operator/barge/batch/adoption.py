@@ -6,8 +6,9 @@ whatever their time: the operator's clock is not compared with the provider's fo
 used to release a batch that had landed, and the shard was sent and billed twice). The listing goes back as far
 as the oldest open intent needs, `CLOCK_SKEW` more, and stops early once every intent's batch is found.
 
-Anthropic batches carry none: a batch created within the adoption window (widened by `CLOCK_SKEW` both ways)
-with the shard's request count is a candidate, and a candidate is adopted only once it has ended and every
+Anthropic batches carry none, nor are an openai-compatible service's trusted to (`keeps_metadata` False): a batch
+created within the adoption window (widened by `CLOCK_SKEW` both ways) with the shard's request count (or none:
+Together lists no counts) is a candidate, and a candidate is adopted only once it has ended and every
 readable result names one of the shard's own custom ids, even a lone one (another ledger on the same
 workspace, a staging operator or `barge run` with a shared key, may have a batch of the same size; a lone
 candidate used to be taken at once). Until then the intent stays open (its items wait, nothing is resubmitted),
@@ -110,13 +111,13 @@ async def reconcile_intents(
             None,
         )
         waiting = confirmed_by_ids = False
-        if found is None and provider.name == "anthropic":  # no metadata: window + size, confirmed by result ids
+        if found is None and not provider.keeps_metadata:  # no metadata: window + size, confirmed by result ids
             start = intent["created_at"] - CLOCK_SKEW
             end = intent["created_at"] + adopt_window + CLOCK_SKEW
             candidates = [
                 b
                 for b in sorted(recent, key=lambda b: b.created_at)
-                if start <= b.created_at.timestamp() <= end and b.request_count == intent["requests"]
+                if start <= b.created_at.timestamp() <= end and b.request_count in (intent["requests"], None)
             ]
             for candidate in candidates:  # even a lone one: it may be another ledger's batch of the same size
                 if not candidate.ended:

@@ -44,6 +44,14 @@ from barge.emulator.openai_shapes import (
 )
 
 
+def groq_window(window: object) -> bool:
+    """Groq's batches take a completion window of 24 hours to 7 days ("24h", "48h", "7d")."""
+    if not isinstance(window, str) or len(window) < 2 or window[-1] not in "hd" or not window[:-1].isdigit():
+        return False
+    hours = int(window[:-1]) * (24 if window[-1] == "d" else 1)
+    return 24 <= hours <= 168
+
+
 async def upload_file(request: web.Request) -> web.Response:
     store = store_of(request)
     if not request.content_type.startswith("multipart/"):
@@ -208,7 +216,8 @@ async def create_batch(request: web.Request) -> web.Response:
         return error(
             400, f"Unsupported endpoint {endpoint!r}; the emulator serves /v1/chat/completions", param="endpoint"
         )
-    if body.get("completion_window") != "24h":
+    window = body.get("completion_window")
+    if window != "24h" and not (request.path.startswith("/groq/") and groq_window(window)):
         return error(400, "completion_window must be 24h", param="completion_window")
     metadata = body.get("metadata")
     if metadata is not None and (

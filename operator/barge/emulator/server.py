@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from barge.emulator import anthropic_api, openai_api, openai_shapes, vllm
+from barge.emulator import anthropic_api, openai_api, openai_compatible_api, openai_shapes, vllm
 from barge.emulator.core import STORE, SYNC_WINDOW, RateWindow, Store
 from barge.emulator.profile import Profile
 
@@ -31,7 +31,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def _family(path: str) -> str:
     if path.startswith("/v1/messages"):
         return "anthropic"
-    if path.startswith(("/v1/", "/openai/")):
+    if path.startswith(("/v1/", "/openai/", "/groq/", "/together/")):
         return "openai"
     return "emulator"
 
@@ -113,6 +113,7 @@ def make_app(
     app[SYNC_WINDOW] = RateWindow(profile.sync.quota.tokens_per_minute, profile.sync.quota.requests_per_minute)
     app.add_routes(anthropic_api.routes())
     app.add_routes(openai_api.routes())
+    app.add_routes(openai_compatible_api.routes())
     app.add_routes([web.get("/_emulator/state", state), web.post("/_emulator/reset", reset)])
     return app
 

@@ -131,6 +131,7 @@ class AnthropicProvider:
 
     name = "anthropic"
     max_requests = 100_000
+    keeps_metadata = False  # Message Batches carry no metadata
     max_bytes = 256 * 1024 * 1024 - 1024  # room for the {"requests":[...]} wrapper
 
     def __init__(self, client: anthropic.AsyncAnthropic, *, aiohttp_sync: bool = False) -> None:

@@ -135,6 +135,10 @@ class BatchProvider(Protocol):
     name: str
     max_requests: int
     max_bytes: int
+    keeps_metadata: bool
+    """Every batch the provider lists carries the metadata it was created with (Barge's job tag and shard), so an
+    orphan is recognised by it alone; False: adoption also goes by creation window, size and result ids
+    (batch/adoption.py)."""
 
     def encode(self, request: Request) -> bytes:
         """The request as it travels in a batch (one JSONL line, or one element of a JSON list)."""

@@ -59,6 +59,19 @@ def openai_body(request: Request) -> dict[str, Any]:
     return out
 
 
+def mistral_body(request: Request) -> dict[str, Any]:
+    """Mistral's chat completions body: OpenAI's (messages, response_format) with `max_tokens`, the name Mistral
+    has for it. It keeps `model`: the adapter reads a batch job's model from its first line."""
+    body = openai_body(request)
+    body["max_tokens"] = body.pop("max_completion_tokens", request.max_tokens)
+    return body
+
+
+def encode_mistral(request: Request) -> bytes:
+    """One line of a Mistral batch input file: `{"custom_id", "body"}` (the job names the endpoint)."""
+    return orjson.dumps({"custom_id": request.custom_id, "body": mistral_body(request)})
+
+
 def encode_anthropic(request: Request) -> bytes:
     return orjson.dumps({"custom_id": request.custom_id, "params": anthropic_params(request)})
 
@@ -98,11 +111,13 @@ def line_encoder(encode: Callable[[Request], bytes], template: Request) -> Calla
 
 
 def encoder(kind: str) -> Callable[[Request], bytes]:
-    """The batch encoding of `kind` (anthropic, openai, azure-openai)."""
+    """The batch encoding of `kind` (anthropic, openai, azure-openai, openai-compatible, mistral)."""
     if kind == "anthropic":
         return encode_anthropic
-    if kind in ("openai", "azure-openai"):
+    if kind in ("openai", "azure-openai", "openai-compatible"):
         return openai_encoder(AZURE_URL if kind == "azure-openai" else OPENAI_URL)
+    if kind == "mistral":
+        return encode_mistral
     raise ValueError(f"unknown provider type {kind!r}")
 
 

@@ -69,6 +69,20 @@ def make_provider(
             ),
             aiohttp_sync=guard is None and not engine_pool,  # a pool's client is aiohttp already
         )
+    if kind == "openai-compatible":
+        if not base_url:
+            raise ValueError("openai-compatible needs provider.baseURL: the service's OpenAI-compatible /v1 URL")
+        return OpenAIProvider(
+            openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=sync_retries,
+                http_client=_http_client(openai, guard),
+            ),
+            compatible=True,
+            aiohttp_sync=guard is None,
+        )
     if kind == "azure-openai":
         if not base_url:
             raise ValueError("azure-openai needs provider.baseURL: the resource endpoint")
@@ -84,4 +98,6 @@ def make_provider(
             azure=True,
             aiohttp_sync=guard is None,
         )
-    raise ValueError(f"unknown provider type {kind!r}: expected anthropic, openai or azure-openai")
+    raise ValueError(
+        f"unknown provider type {kind!r}: expected anthropic, openai, azure-openai, openai-compatible or mistral"
+    )

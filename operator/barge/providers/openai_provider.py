@@ -4,6 +4,13 @@ The input file streams from the encoded lines straight into the upload (upload.L
 copy in memory), results are streamed from the output and error files: memory stays flat whatever the job's
 size. Batches carry Barge's metadata, which
 is how orphan batches are recognised after a crash.
+
+`compatible` (type openai-compatible: Groq, Together, a vLLM batch API, a company proxy at `baseURL`): the same
+calls, with what such services do differently handled here. Statuses are read case-blind (Together answers
+`COMPLETED`, `IN_PROGRESS`); `output_expires_after` is OpenAI's own and is not sent; the completion window is
+`24h`, the one value every one of them accepts (Groq takes 24h to 7d, Together only 24h); listed batches are not
+trusted to echo metadata (`keeps_metadata` False: adoption also goes by window, size and result ids), nor to
+carry request counts; a shard is at most 50,000 requests and 100 MB (Groq's and Together's input limits).
 """
 
 from __future__ import annotations
@@ -115,10 +122,11 @@ def parse_line(line: dict[str, Any]) -> Parsed:
 def _info(batch: Batch) -> BatchInfo:
     errors = [e.model_dump() for e in (batch.errors.data or [])] if batch.errors else []
     total = batch.request_counts.total if batch.request_counts else None
+    status = str(batch.status).lower()  # Together spells them upper-case
     return BatchInfo(
         batch.id,
-        batch.status,
-        batch.status in ENDED,
+        status,
+        status in ENDED,
         datetime.fromtimestamp(batch.created_at, UTC),
         total,
         dict(batch.metadata or {}),
@@ -129,15 +137,20 @@ def _info(batch: Batch) -> BatchInfo:
 class OpenAIProvider:
     """BatchProvider over `openai.AsyncOpenAI` or `openai.AsyncAzureOpenAI` (injected)."""
 
-    def __init__(self, client: openai.AsyncOpenAI, *, azure: bool = False, aiohttp_sync: bool = False) -> None:
-        """`aiohttp_sync`: synchronous calls go through a copy of the client on the SDK's aiohttp transport."""
+    def __init__(
+        self, client: openai.AsyncOpenAI, *, azure: bool = False, compatible: bool = False, aiohttp_sync: bool = False
+    ) -> None:
+        """`aiohttp_sync`: synchronous calls go through a copy of the client on the SDK's aiohttp transport;
+        `compatible`: another service's OpenAI-compatible batch API (the module's docstring)."""
         self.client = client
         self._aiohttp_sync = aiohttp_sync
         self._sync: openai.AsyncOpenAI | None = None
         self.azure = azure
-        self.name = "azure-openai" if azure else "openai"
+        self.compatible = compatible
+        self.name = "azure-openai" if azure else "openai-compatible" if compatible else "openai"
+        self.keeps_metadata = not compatible
         self.max_requests = 100_000 if azure else 50_000
-        self.max_bytes = 200 * 1024 * 1024
+        self.max_bytes = 100 * 1024 * 1024 if compatible else 200 * 1024 * 1024
         self.url = AZURE_URL if azure else OPENAI_URL
         self._encode = openai_encoder(self.url)
         self._create_client = client.with_options(max_retries=0)
@@ -148,7 +161,8 @@ class OpenAIProvider:
     async def create_batch(
         self, lines: Iterable[bytes], metadata: dict[str, str], *, output_expires_after: int = 0
     ) -> BatchInfo:
-        expiry: Any = {"anchor": "created_at", "seconds": output_expires_after} if output_expires_after else openai.omit
+        keep = output_expires_after and not self.compatible  # OpenAI's and Azure's parameter only
+        expiry: Any = {"anchor": "created_at", "seconds": output_expires_after} if keep else openai.omit
         reader = LineReader(lines)
         # The SDK's retries re-read the file: only a source that can be iterated again may be retried.
         client = self.client if reader.restartable else self._create_client
