@@ -23,6 +23,8 @@ class Case:
     """Appended to the emulator's URL to make spec.provider.baseURL."""
     objects: int = 1
     """What `delete_objects` deletes of an ended batch where every request succeeded."""
+    refusals: bool = True
+    """The provider reports refusals (content filters) as such; Mistral's API has no such finish reason."""
 
     @property
     def id(self) -> str:
@@ -44,3 +46,4 @@ CASES += [
     Case("openai-compatible", "llama-3.1-8b-instant", "/groq/openai/v1", objects=2),  # Groq's base path
     Case("openai-compatible", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "/together/v1", objects=2),  # Together's
 ]
+CASES += [Case("mistral", "mistral-small-latest", "/mistral", objects=3, refusals=False)]  # input, output, job

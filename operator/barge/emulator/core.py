@@ -22,7 +22,7 @@ from aiohttp import web
 
 from barge.emulator.profile import Profile
 
-ProviderName = Literal["anthropic", "openai", "azure"]
+ProviderName = Literal["anthropic", "openai", "azure", "mistral"]
 REPLY_PREFIX = "Emulated reply: "
 CUSTOM_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 BATCH_EXPIRY_SECONDS = 24 * 3600
@@ -289,7 +289,7 @@ class Store:
 
     def new_batch(self, provider: ProviderName, items: list[Item], **extra: Any) -> Batch:
         self.creates += 1
-        prefix = {"anthropic": "msgbatch_", "openai": "batch_", "azure": "batch_"}[provider]
+        prefix = {"anthropic": "msgbatch_", "openai": "batch_", "azure": "batch_", "mistral": "mbatch_"}[provider]
         # Unique across emulator instances, as real ids are; the outcomes stay a function of (seed, n-th create).
         batch_id = f"{prefix}{self.instance}{self.creates:06d}"
         rng = random.Random(f"{self.profile.seed}:{self.creates}")

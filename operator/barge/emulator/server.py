@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from barge.emulator import anthropic_api, openai_api, openai_compatible_api, openai_shapes, vllm
+from barge.emulator import anthropic_api, mistral_api, openai_api, openai_compatible_api, openai_shapes, vllm
 from barge.emulator.core import STORE, SYNC_WINDOW, RateWindow, Store
 from barge.emulator.profile import Profile
 
@@ -33,6 +33,8 @@ def _family(path: str) -> str:
         return "anthropic"
     if path.startswith(("/v1/", "/openai/", "/groq/", "/together/")):
         return "openai"
+    if path.startswith("/mistral/"):
+        return "mistral"
     return "emulator"
 
 
@@ -41,6 +43,8 @@ def _error(family: str, status: int, message: str) -> web.Response:
         return anthropic_api.error(status if status in anthropic_api.ERROR_TYPES else 400, message)
     if family == "openai":
         return openai_shapes.error(status, message)
+    if family == "mistral":
+        return mistral_api.error(status, message)
     return web.json_response({"error": message}, status=status)
 
 
@@ -59,6 +63,8 @@ def _api_key(request: web.Request, family: str) -> str | None:
 def _unauthorized(family: str) -> web.Response:
     if family == "anthropic":
         return anthropic_api.error(401, "invalid x-api-key")
+    if family == "mistral":
+        return mistral_api.unauthorized()
     return openai_shapes.error(401, "Incorrect API key provided.", code="invalid_api_key")
 
 
@@ -114,6 +120,7 @@ def make_app(
     app.add_routes(anthropic_api.routes())
     app.add_routes(openai_api.routes())
     app.add_routes(openai_compatible_api.routes())
+    app.add_routes(mistral_api.routes())
     app.add_routes([web.get("/_emulator/state", state), web.post("/_emulator/reset", reset)])
     return app
 

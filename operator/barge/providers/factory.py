@@ -83,6 +83,10 @@ def make_provider(
             compatible=True,
             aiohttp_sync=guard is None,
         )
+    if kind == "mistral":
+        from barge.providers.mistral_provider import make_mistral
+
+        return make_mistral(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries, guard=guard)
     if kind == "azure-openai":
         if not base_url:
             raise ValueError("azure-openai needs provider.baseURL: the resource endpoint")
