@@ -1,0 +1,292 @@
+"""`barge gateway` with the real `openai` SDK: two namespaces as two teams, real ServiceAccount tokens checked by the
+real API server (TokenReview, SubjectAccessReview through RBAC), the e2e operator running each batch as an
+LLMBatchJob on an InferencePool that points at `barge emulator`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+from tools.localcluster import Cluster
+
+from barge.emulator.profile import parse_profile
+from barge.emulator.server import EmulatorThread
+from tests.e2e.conftest import Operator, credential_secret, free_port, wait_for
+
+pytestmark = pytest.mark.cluster
+POOL = "gpt-fast"
+
+
+@dataclass(frozen=True)
+class Team:
+    namespace: str
+    token: str
+    reader: str
+
+
+def _role(namespace: str, name: str, verbs: list[str]) -> list[dict[str, Any]]:
+    rule = {"apiGroups": ["barge.dev"], "resources": ["llmbatchjobs"], "verbs": verbs}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": f"batches-{name}", "namespace": namespace},
+            "rules": [rule],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": f"batches-{name}", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"batches-{name}"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
+def _token(cluster: Cluster, namespace: str, name: str, audience: str = "barge") -> str:
+    out = cluster.run_kubectl("-n", namespace, "create", "token", name, f"--audience={audience}", "--duration=1h")
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def emu() -> Iterator[EmulatorThread]:
+    emulator = EmulatorThread(parse_profile({"batch": {"processingSeconds": 1}, "sync": {"latencyMs": 1}})).start()
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def teams(cluster: Cluster, operator: Operator, emu: EmulatorThread) -> dict[str, Team]:
+    out = {}
+    for tenant in ("acme", "globex"):
+        ns = f"gw-{tenant}-{os.urandom(3).hex()}"
+        cluster.run_kubectl("create", "namespace", ns)
+        cluster.run_kubectl("label", "namespace", ns, f"barge.dev/tenant={tenant}")
+        (operator.workdir / tenant).mkdir(exist_ok=True)
+        credential_secret(cluster, ns, "openai", {"api-key": "sk-gateway-e2e"})
+        pool = {
+            "apiVersion": "barge.dev/v1alpha1",
+            "kind": "InferencePool",
+            "metadata": {"name": POOL, "namespace": ns},
+            "spec": {
+                "model": "gpt-4o-mini",
+                "provider": {
+                    "type": "openai",
+                    "model": "gpt-4o-mini",
+                    "secretRef": {"name": "openai", "key": "api-key"},
+                    "baseURL": f"{emu.url}/v1",
+                },
+            },
+        }
+        docs = [
+            pool,
+            *_role(ns, "app", ["create", "get", "list", "delete", "patch"]),
+            *_role(ns, "reader", ["get", "list"]),
+        ]
+        cluster.run_kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        out[tenant] = Team(ns, _token(cluster, ns, "app"), _token(cluster, ns, "reader"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster: Cluster, operator: Operator, teams: dict[str, Team]) -> Iterator[str]:
+    port = free_port()
+    log = operator.workdir / "gateway.log"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "BARGE_POLICY_FILE": str(operator.workdir / "policy.yaml"),
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "barge.cli", "gateway", "--port", str(port), "--max-upload-bytes", "200000"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, 30, "gateway /healthz")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        print(log.read_text(errors="replace")[-4000:])
+
+
+def client(base: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0, timeout=30)
+
+
+def line(custom_id: str, text: str, **body: Any) -> str:
+    request = {"model": POOL, "messages": [{"role": "user", "content": text}], **body}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": request})
+
+
+def upload(oai: openai.OpenAI, tmp_path: Path, lines: list[str], name: str = "in.jsonl") -> Any:
+    path = tmp_path / name
+    path.write_text("".join(x + "\n" for x in lines))
+    with path.open("rb") as handle:
+        return oai.files.create(file=handle, purpose="batch")
+
+
+def ended(oai: openai.OpenAI, batch_id: str, timeout: float = 180) -> Any:
+    final = ("completed", "failed", "expired", "cancelled")
+    return wait_for(lambda: (b := oai.batches.retrieve(batch_id)).status in final and b, timeout, f"{batch_id} ended")
+
+
+def test_openai_sdk_round_trip_through_the_operator(
+    gateway: str, teams: dict[str, Team], cluster: Cluster, tmp_path: Path
+) -> None:
+    oai = client(gateway, teams["acme"].token)
+    good = [line(f"req/{n}", f"question {n}", temperature=0.1) for n in range(12)]
+    reserved = line("too-many", "four answers please", n=4)  # passes the file check, refused per line by Barge
+    file = upload(oai, tmp_path, [*good, reserved])
+    assert file.id.startswith("file-")
+    assert file.bytes > 0
+    assert oai.files.retrieve(file.id).filename == "in.jsonl"
+    assert oai.files.content(file.id).read().decode().splitlines()[0] == good[0]
+
+    batch = oai.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "e2e"}
+    )
+    assert batch.status == "validating"
+    assert batch.metadata == {"run": "e2e"}
+    job = json.loads(
+        cluster.run_kubectl("-n", teams["acme"].namespace, "get", "lbj", "-l", "barge.dev/gateway", "-o", "json").stdout
+    )
+    assert f"gw-{batch.id.removeprefix('batch_')}" in [j["metadata"]["name"] for j in job["items"]]
+
+    done = ended(oai, batch.id)
+    assert done.status == "completed", done
+    assert done.request_counts is not None
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (13, 12, 1)
+    assert done.output_file_id is not None
+    assert done.error_file_id is not None
+
+    outputs = [json.loads(x) for x in oai.files.content(done.output_file_id).read().decode().splitlines()]
+    assert sorted(o["custom_id"] for o in outputs) == sorted(f"req/{n}" for n in range(12))  # each answered once
+    first = outputs[0]
+    assert set(first) == {"id", "custom_id", "response", "error"}
+    assert first["error"] is None
+    assert first["response"]["status_code"] == 200
+    assert first["response"]["body"]["object"] == "chat.completion"
+    assert first["response"]["body"]["choices"][0]["message"]["content"]
+
+    errors = [json.loads(x) for x in oai.files.content(done.error_file_id).read().decode().splitlines()]
+    assert [(e["custom_id"], e["response"], e["error"]["code"]) for e in errors] == [("too-many", None, "reserved_key")]
+    assert "line 13" in errors[0]["error"]["message"]
+    assert "body.n" in errors[0]["error"]["message"]
+
+
+def test_a_refused_file_names_its_lines_and_is_not_kept(gateway: str, teams: dict[str, Team], tmp_path: Path) -> None:
+    oai = client(gateway, teams["acme"].token)
+    before = {f.id for f in oai.files.list()}
+    lines = [
+        line("a", "fine"),
+        line("b", "fine"),
+        line("a", "the same custom_id again"),
+        "{not json",
+        json.dumps({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "other"}}),
+    ]
+    with pytest.raises(openai.BadRequestError) as caught:
+        upload(oai, tmp_path, lines)
+    message = str(caught.value)
+    assert "line 3: custom_id 'a' is used by an earlier line" in message
+    assert "line 4: not JSON" in message
+    assert "line 5: body.model 'other' differs" in message
+    assert "line 1:" not in message
+    assert "line 2:" not in message
+    assert {f.id for f in oai.files.list()} == before
+
+
+def test_an_upload_over_the_limit_is_413(gateway: str, teams: dict[str, Team], tmp_path: Path) -> None:
+    oai = client(gateway, teams["acme"].token)
+    with pytest.raises(openai.APIStatusError) as caught:
+        upload(oai, tmp_path, [line(f"x{n}", "y" * 1000) for n in range(300)])  # ~330 KB over the 200 KB limit
+    assert caught.value.status_code == 413
+
+
+def test_unknown_token_and_token_for_another_audience_are_401(
+    gateway: str, teams: dict[str, Team], cluster: Cluster
+) -> None:
+    for key in (
+        "not-a-token",
+        _token(cluster, teams["acme"].namespace, "app", "https://kubernetes.default.svc.cluster.local"),
+    ):
+        with pytest.raises(openai.AuthenticationError):
+            client(gateway, key).batches.list()
+
+
+def test_a_verb_rbac_does_not_grant_is_403(gateway: str, teams: dict[str, Team], tmp_path: Path) -> None:
+    reader = client(gateway, teams["acme"].reader)
+    assert reader.batches.list().data is not None  # list is granted
+    with pytest.raises(openai.PermissionDeniedError):
+        upload(reader, tmp_path, [line("a", "hello")])
+
+
+def test_another_namespaces_ids_are_404(gateway: str, teams: dict[str, Team], tmp_path: Path) -> None:
+    acme, globex = client(gateway, teams["acme"].token), client(gateway, teams["globex"].token)
+    file = upload(acme, tmp_path, [line("a", "acme's secret question")])
+    batch = acme.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    for call in (
+        lambda: globex.files.retrieve(file.id),
+        lambda: globex.files.content(file.id),
+        lambda: globex.files.delete(file.id),
+        lambda: globex.batches.retrieve(batch.id),
+        lambda: globex.batches.cancel(batch.id),
+        lambda: globex.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert batch.id not in [b.id for b in globex.batches.list()]
+    assert file.id not in [f.id for f in globex.files.list()]
+    assert acme.files.retrieve(file.id).id == file.id  # still there for its owner
+
+
+def test_list_pagination_idempotency_cancel_and_file_delete(
+    gateway: str, teams: dict[str, Team], tmp_path: Path
+) -> None:
+    oai = client(gateway, teams["globex"].token)
+    file = upload(oai, tmp_path, [line(f"q{n}", f"q {n}") for n in range(3)])
+    args = {"input_file_id": file.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    key = os.urandom(8).hex()
+    first = oai.batches.create(**args, extra_headers={"Idempotency-Key": key})  # type: ignore[arg-type]
+    again = oai.batches.create(**args, extra_headers={"Idempotency-Key": key})  # type: ignore[arg-type]
+    assert again.id == first.id
+    other = oai.batches.create(**args)  # type: ignore[arg-type]
+    assert other.id != first.id  # no key: a second batch, as the providers do
+
+    page = oai.batches.list(limit=1)
+    assert len(page.data) == 1
+    assert page.has_more
+    second = oai.batches.list(limit=1, after=page.data[0].id)
+    assert len(second.data) == 1
+    assert second.data[0].id != page.data[0].id
+    assert {b.id for b in oai.batches.list(limit=100)} >= {first.id, other.id}
+
+    cancelled = oai.batches.cancel(other.id)
+    assert cancelled.status in ("cancelling", "cancelled")
+    assert ended(oai, other.id).status == "cancelled"
+
+    assert oai.files.delete(file.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        oai.files.retrieve(file.id)
