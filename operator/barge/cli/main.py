@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from barge import __version__
+from barge.cli.report import report_app
 
 # Each command imports what it needs when it runs: `barge run` starts without the emulator's web server, the
 # generators or the operator config (about a second of imports, measured, that every command waited for).
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 ledger_app = typer.Typer(no_args_is_help=True, help="Maintenance of the ledger.")
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(report_app, name="report")
 
 
 @app.command()

@@ -1,0 +1,115 @@
+"""`barge report`: spend by tenant and model from the ledger (a rich table, or CSV), and `barge report focus`, the
+FinOps FOCUS 1.2 export. A thin face over barge.reports; times are UTC (a date means its midnight)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+report_app = typer.Typer(invoke_without_command=True, help="Cost reports from the ledger (FOCUS exports, tables).")
+
+LedgerOption = Annotated[
+    str, typer.Option(help="Ledger: a SQLite path or postgresql:// URL.", envvar="BARGE_LEDGER_URL")
+]
+FromOption = Annotated[
+    str | None, typer.Option("--from", help="Start (UTC), ISO date or time; default: the 1st of this month.")
+]
+ToOption = Annotated[str | None, typer.Option("--to", help="End, exclusive (UTC), ISO date or time; default: now.")]
+TenantOption = Annotated[str | None, typer.Option(help="Only this tenant's rows.")]
+PricesOption = Annotated[
+    Path | None,
+    typer.Option(help="Price table (YAML; default BARGE_PRICES or the shipped one).", envvar="BARGE_PRICES"),
+]
+
+
+def parse_time(text: str) -> float:
+    """An ISO date (its UTC midnight) or date-time (UTC when it names no zone), as Unix seconds."""
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO date or date-time") from None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+
+
+def window(start: str | None, end: str | None) -> tuple[float, float]:
+    now = time.time()
+    first = datetime.fromtimestamp(now, UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+    lo, hi = (parse_time(start) if start else first), (parse_time(end) if end else now)
+    if hi <= lo:
+        raise typer.BadParameter(f"--to ({end}) must be after --from ({start})")
+    return lo, hi
+
+
+@report_app.callback()
+def report(
+    ctx: typer.Context,
+    start: FromOption = None,
+    end: ToOption = None,
+    tenant: TenantOption = None,
+    ledger: LedgerOption = ".barge/ledger.db",
+    prices_file: PricesOption = None,
+    output_format: Annotated[str, typer.Option("--format", help="table (rich) or csv.")] = "table",
+) -> None:
+    """Spend by tenant and model between --from and --to: tokens, list cost, billed cost and the batch saving."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from barge.batch import prices
+    from barge.ledger import Ledger, spend
+    from barge.reports import summary
+
+    if output_format not in ("table", "csv"):
+        raise typer.BadParameter("--format must be table or csv")
+    lo, hi = window(start, end)
+    book = Ledger(ledger)
+    try:
+        lines = summary.by_tenant_model(spend.rows_between(book, lo, hi, tenant), prices.load(prices_file))
+    finally:
+        book.close()
+    if output_format == "csv":
+        typer.echo(summary.to_csv(lines), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    span = f"{datetime.fromtimestamp(lo, UTC):%Y-%m-%d %H:%M} to {datetime.fromtimestamp(hi, UTC):%Y-%m-%d %H:%M}"
+    table = Table(title=f"Spend {span} UTC")
+    for n, name in enumerate(summary.HEADER):
+        table.add_column(name, justify="left" if n < 2 else "right")
+    for line in lines:
+        table.add_row(*line.cells())
+    Console().print(table)
+
+
+@report_app.command("focus")
+def report_focus(
+    out: Annotated[str, typer.Option("--out", help="Where to write the CSV: a path, file://, s3:// or az:// URL.")],
+    start: FromOption = None,
+    end: ToOption = None,
+    tenant: TenantOption = None,
+    ledger: LedgerOption = ".barge/ledger.db",
+    prices_file: PricesOption = None,
+    period: Annotated[str, typer.Option(help="Charge period of a row: hour or day.")] = "hour",
+    billing_account: Annotated[str, typer.Option(help="BillingAccountId/Name of every row.")] = "barge",
+) -> None:
+    """Write FinOps FOCUS 1.2 cost and usage rows (CSV) for --from to --to. Parquet is not offered (no pyarrow)."""
+    from barge.batch import prices
+    from barge.ledger import Ledger
+    from barge.reports import export, focus
+    from barge.storage import StoragePolicy
+
+    if period not in ("hour", "day"):
+        raise typer.BadParameter("--period must be hour or day")
+    lo, hi = window(start, end)
+    book = Ledger(ledger)
+    try:
+        rows = export.focus_rows(
+            book, prices.load(prices_file), lo, hi, tenant=tenant, period=period, billing_account=billing_account
+        )
+    finally:
+        book.close()
+    written = export.write_csv(out, rows, StoragePolicy(base_dir=Path.cwd()))
+    typer.echo(f"wrote {written} FOCUS {focus.FOCUS_VERSION} rows to {out}")
