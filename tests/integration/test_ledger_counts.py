@@ -234,8 +234,8 @@ def test_a_batch_counted_by_its_writer_with_the_trigger_paused_stays_exact(tmp_p
 
 
 def test_job_counts_match_the_items_one_by_one(ledger_url: str) -> None:
-    """`Ledger.counts` (what each step's verdict reads: per state, viaFallback, retrying, budget) equals the same
-    figures counted here in Python from every item row, for a job holding each kind of item."""
+    """`Ledger.counts` (what each step's verdict reads: per state, viaFallback, retrying, budget, invalidOutput)
+    equals the same figures counted here in Python from every item row, for a job holding each kind of item."""
     ledger = Ledger(ledger_url)
     job = "ns/job-counts/1"
     ledger.ensure_job(job, "h")
@@ -255,6 +255,10 @@ def test_job_counts_match_the_items_one_by_one(ledger_url: str) -> None:
             changes.append(ItemUpdate(f"c{i}", "pending", "budget_exceeded", "held", 0, "sync"))
         elif kind == 4:
             changes.append(ItemUpdate(f"c{i}", "succeeded", "", "", 1, "batch", "out"))
+        elif i % 12 == 5:  # an answer that broke spec.request.responseFormat: retried, or failed for good
+            changes.append(ItemUpdate(f"c{i}", "pending", "invalid_output", "breaks the schema", 1))
+        else:
+            changes.append(ItemUpdate(f"c{i}", "failed", "invalid_output", "breaks the schema", 3, "batch"))
     ledger.apply(job, changes)
     rows = ledger._rows("SELECT state, via, line, attempts, error_type FROM items WHERE job = ?", (job,))
     expected: dict[str, int] = {}
@@ -263,6 +267,8 @@ def test_job_counts_match_the_items_one_by_one(ledger_url: str) -> None:
     expected["viaFallback"] = sum(r[1] == "sync" for r in rows)
     expected["retrying"] = sum(r[0] == "pending" and r[2] > 0 and r[3] > 0 for r in rows)
     expected["budget"] = sum(r[4] == "budget_exceeded" for r in rows)
+    expected["invalidOutput"] = sum(r[4] == "invalid_output" for r in rows)
     assert ledger.counts(job) == expected
-    assert (expected["viaFallback"], expected["retrying"], expected["budget"]) == (20, 10, 20)
+    assert (expected["viaFallback"], expected["retrying"], expected["budget"]) == (20, 15, 20)
+    assert expected["invalidOutput"] == 10
     ledger.close()

@@ -25,6 +25,7 @@ from barge.api.common import (
     cel,
     validations,
 )
+from barge.api.response_format import ResponseFormatSpec
 
 ProviderType = Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "pool"]
 Phase = Literal[
@@ -209,6 +210,12 @@ class RequestSpec(Model):
         "the cap (a lower max_tokens/max_completion_tokens in the body is kept) and refuses the line if the body "
         "sets " + ", ".join(PASSTHROUGH_RESERVED) + "; system, template and params are then unused.",
     )
+    response_format: ResponseFormatSpec | None = Field(
+        None,
+        description="Structured outputs: {name, schema}. Every answer must be JSON that follows the schema: a "
+        "valid one is written as output_json beside output; one that is not is an invalid_output, retried up "
+        "to retry.maxAttempts, then failed (failures.jsonl names the validation error).",
+    )
 
     @model_validator(mode="after")
     def _check_params(self) -> RequestSpec:
@@ -383,6 +390,11 @@ class Counts(Model):
     refused: int = Field(0, ge=0, description="Items the model refused (a result, not a failure).")
     invalid: int = Field(0, ge=0, description="Items that can never succeed (bad input or request).")
     failed: int = Field(0, ge=0, description="Items that ended without a result after all attempts.")
+    invalid_output: int = Field(
+        0,
+        ge=0,
+        description="Items whose last answer broke spec.request.responseFormat (retrying, or failed for good).",
+    )
     retrying: int = Field(0, ge=0, description="Items waiting to be resubmitted.")
     via_fallback: int = Field(0, ge=0, description="Items finished through the synchronous path.")
 

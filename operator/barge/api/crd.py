@@ -195,6 +195,13 @@ def llmbatchjob_crd() -> dict[str, Any]:
             _col("Tenant", ".spec.tenant", priority=1),
             _col("Refused", ".status.counts.refused", "integer", priority=1),
             _col("Invalid", ".status.counts.invalid", "integer", priority=1),
+            _col(
+                "InvalidOutput",
+                ".status.counts.invalidOutput",
+                "integer",
+                priority=1,
+                description="answers that broke spec.request.responseFormat",
+            ),
             _col("Saved", ".status.usage.savedUSD", priority=1, description="USD saved against the sync price"),
         ],
         "LLMBatchJob runs bulk LLM work nobody is waiting for through a provider batch API or an InferencePool, "

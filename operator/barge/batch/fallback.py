@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from barge.batch.budget import Budget
 from barge.batch.routing import route
 from barge.ledger import ItemUpdate, Ledger
-from barge.providers.base import BatchProvider, Outcome, Request, Result
+from barge.providers.base import NO_USAGE, BatchProvider, Outcome, Request, Result
 from barge.providers.errors import Fatal
 
 Event = Callable[[str, str, str], None]
@@ -108,10 +108,13 @@ async def run_sync(
     tries: int,
     on_result: Callable[[Result], Awaitable[None]],
     halted: Callable[[], bool] = lambda: False,
+    check: Callable[[Result], Result] | None = None,
 ) -> None:
     """Call the provider for every item; transient answers are retried up to `tries` times, after the
     Retry-After the provider asked for. Fatal errors propagate (they stop the job). `items` is read lazily, one
-    item per free worker: an iterator over the ledger is never read ahead of the calls."""
+    item per free worker: an iterator over the ledger is never read ahead of the calls. `check`: the job's
+    responseFormat (batch/structured.py); an invalid output is asked again, within the same `tries`, and the
+    item's result carries the usage of every answer it was paid for."""
     source = iter(items)
 
     async def worker() -> None:
@@ -120,10 +123,18 @@ async def run_sync(
             if item is None:
                 return
             result = Result(item.custom_id, Outcome.TRANSIENT)
+            paid = NO_USAGE  # usage of the answers that broke the schema before this one
             for attempt in range(tries):
                 await limiter.acquire(item.est_tokens + max_tokens)
                 result = await provider.complete(build(item.custom_id, item.user))
+                if check is not None:
+                    result = check(result)
+                if result.outcome is Outcome.INVALID_OUTPUT and attempt + 1 < tries:
+                    paid = paid + result.usage
+                    continue
                 if result.outcome is not Outcome.TRANSIENT:
+                    if paid is not NO_USAGE:
+                        result = replace(result, usage=paid + result.usage)
                     break
                 if result.retry_after is not None:
                     limiter.pause(result.retry_after)
@@ -173,6 +184,7 @@ async def send_pending(
     tries: int,
     on_event: Event,
     halted: Callable[[], bool] = lambda: False,
+    check: Callable[[Result], Result] | None = None,
 ) -> None:
     """One synchronous pass over the job's pending items: all failed (`deadline_exceeded`) unless `sync`, else
     those the budget allows sent with `limits` (concurrency, requests and tokens per minute), their results
@@ -200,8 +212,8 @@ async def send_pending(
     async def on_result(result: Result) -> None:
         before = inflight.pop(result.custom_id)
         change = route(result, before, before + 1, via="sync")
-        if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
-            u = result.usage
+        if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED, Outcome.INVALID_OUTPUT):
+            u = result.usage  # an invalid output ends failed here (the last try): paid for all the same
             change = ItemUpdate(
                 change.custom_id,
                 change.state,
@@ -209,7 +221,7 @@ async def send_pending(
                 change.reason,
                 change.attempts,
                 "sync",
-                result.text,
+                None if result.outcome is Outcome.INVALID_OUTPUT else result.text,
                 (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens),
             )
         buffer.append(change)
@@ -228,6 +240,7 @@ async def send_pending(
             tries=tries,
             on_result=on_result,
             halted=halted,
+            check=check,
         )
     except* Fatal as group:  # a Fatal answer stops the pass (and the job): what was answered before it is kept
         ledger.apply(job, buffer)

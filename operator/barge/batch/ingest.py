@@ -69,7 +69,8 @@ def _row(result: Result, attempts: int, max_attempts: int) -> Row:
         usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
         return (result.custom_id, "succeeded", "", "", attempts + 1, "batch", result.text, *usage)
     change = route(result, attempts, max_attempts)
-    if result.outcome is Outcome.REFUSED:
+    # a refusal is a result; an answer that broke the schema for the last time is a failure that was paid for
+    if result.outcome is Outcome.REFUSED or (result.outcome is Outcome.INVALID_OUTPUT and change.state == "failed"):
         usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
         return (
             change.custom_id,
@@ -78,7 +79,7 @@ def _row(result: Result, attempts: int, max_attempts: int) -> Row:
             change.reason,
             change.attempts,
             "batch",
-            result.text,
+            result.text if result.outcome is Outcome.REFUSED else None,
             *usage,
         )
     return _as_row(change)
@@ -108,7 +109,9 @@ async def ingest(
     max_attempts: int,
     write_part: PartWriter,
     clock: Callable[[], float] = time.time,
+    check: Callable[[Parsed], Parsed] | None = None,
 ) -> Report:
+    """`check`: spec.request.responseFormat's reading of each result (structured.Checker.parsed), or None."""
     report = Report()
     expected = ledger.submitted_of(job, info.id)
     if info.errors:  # the whole batch failed validation (OpenAI / Azure)
@@ -157,6 +160,8 @@ async def ingest(
                     report.foreign += cid not in members  # members not expected: applied before a restart
                     continue
                 seen += 1
+                if check is not None:
+                    parsed = check(parsed)
                 if seen == half:
                     failpoints.hit(failpoints.MID_INGEST)
                 if parsed[1] is _FATAL:

@@ -19,7 +19,9 @@ from typing import Any
 
 import orjson
 
+from barge.batch.structured import output_json
 from barge.ledger import Ledger
+from barge.providers.content import unpack
 from barge.storage import StoragePolicy, join, write_lines
 
 RESULT_STATES = ("succeeded", "refused")
@@ -43,16 +45,21 @@ def _in_line_order(
     return heapq.merge(*pages, key=itemgetter(0))
 
 
-def result_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
+def result_lines(ledger: Ledger, job: str, structured: bool = False) -> Iterator[bytes]:
+    """`structured`: the job asked for spec.request.responseFormat, so every succeeded output was checked against
+    it (batch/structured.py) and is written parsed too, as `output_json`. Content kept beside the text (tool calls,
+    blocks, stop reasons: providers/content.py) is written beside `output`."""
     for _, item_id, cid, state, output, tin, tout, tcr, tcw, via, attempts in _in_line_order(
         ledger, job, RESULT_COLUMNS, RESULT_STATES
     ):
+        text, kept = unpack(output or "")
+        line: dict[str, Any] = {"id": item_id, "custom_id": cid, "status": state, "output": text}
+        if structured and state == "succeeded":
+            line["output_json"] = output_json(text)
         yield orjson.dumps(
             {
-                "id": item_id,
-                "custom_id": cid,
-                "status": state,
-                "output": output or "",
+                **line,
+                **kept,
                 "usage": {
                     "input_tokens": tin,
                     "output_tokens": tout,
@@ -96,7 +103,9 @@ def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
         )
 
 
-def write_outputs(ledger: Ledger, job: str, output_url: str, policy: StoragePolicy) -> tuple[int, int]:
-    ok = write_lines(join(output_url, "results.jsonl"), result_lines(ledger, job), policy)
+def write_outputs(
+    ledger: Ledger, job: str, output_url: str, policy: StoragePolicy, structured: bool = False
+) -> tuple[int, int]:
+    ok = write_lines(join(output_url, "results.jsonl"), result_lines(ledger, job, structured), policy)
     bad = write_lines(join(output_url, "failures.jsonl"), failure_lines(ledger, job), policy)
     return ok, bad

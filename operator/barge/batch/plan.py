@@ -14,7 +14,7 @@ from typing import Any
 
 from barge.api.batchjob import RequestSpec
 from barge.batch.render import ItemError, Renderer
-from barge.providers.base import Request
+from barge.providers.base import Request, ResponseFormat
 from barge.providers.chat_convert import Unconvertible
 from barge.providers.encoding import line_encoder
 
@@ -43,8 +43,14 @@ class RequestFactory:
             system=self.spec.system,
             cache_system=self.spec.cache_prefix,
             params=dict(self.spec.params),
+            response_format=self._response_format,
             passthrough=self.spec.mode == "passthrough",
         )
+
+    @property
+    def _response_format(self) -> ResponseFormat | None:
+        fmt = self.spec.response_format
+        return None if fmt is None else ResponseFormat(fmt.name, fmt.json_schema)
 
     def estimate(self, user: str) -> int:
         return estimate_tokens(self.spec.system + user)

@@ -14,6 +14,8 @@
 |            | token quota was full) pending again without spending an attempt;   |
 |            | the submitter backs off (batch/admission_queue.py)                 |
 | missing    | (asked for, absent from the results) as transient                  |
+| invalid_   | (an answer that is not JSON or breaks spec.request.responseFormat, |
+| output     | batch/structured.py) as transient: error type `invalid_output`     |
 | fatal      | the whole job stops (authentication, permission, billing)          |
 """
 

@@ -26,6 +26,7 @@ from barge.batch import (
     planner,
     prices,
     retention,
+    structured,
     tenant_budget,
 )
 from barge.batch.bounded import bound
@@ -80,6 +81,8 @@ class JobRunner:
         self.sync_only = sync_only
         self.sync_limits = sync_limits  # (concurrency, RPM, TPM) of a pool; None: spec.fallback's
         self.factory = plan.RequestFactory(job.model, job.spec.request)
+        answers = job.spec.request.response_format  # every answer read against its schema (batch/structured.py)
+        self.checker = structured.Checker(answers.json_schema) if answers is not None else None
         self.encode_line = self.factory.line_encoder(provider.encode)
         self.tag = hashlib.sha256(job.key.encode()).hexdigest()[:32]
         self.unknown: list[str] = []
@@ -365,6 +368,7 @@ class JobRunner:
                     self.job.spec.retry.max_attempts,
                     self._write_part,
                     self.clock,
+                    check=None if self.checker is None else self.checker.parsed,
                 )
                 self.admission.batch_ended(  # after ingestion: the quota it held is free in the ledger now
                     bool(info.errors) and str(info.errors[0].get("code")) == admission_queue.TOKEN_LIMIT
@@ -406,6 +410,7 @@ class JobRunner:
             tries=self.settings.sync_tries,
             on_event=self.on_event,
             halted=self.halted,
+            check=None if self.checker is None else self.checker.result,
         )
 
     # --- judgement ------------------------------------------------------------------------------------------------
@@ -445,7 +450,9 @@ class JobRunner:
     async def _failed_outputs(self) -> None:
         """A failed job's outputs, off the engine loop (batch/offloop.py), then its texts dropped."""
         job = self.job
-        await off_loop("outputs", write_outputs, self.ledger, job.key, job.spec.output.url, job.storage)
+        await off_loop(
+            "outputs", write_outputs, self.ledger, job.key, job.spec.output.url, job.storage, self.checker is not None
+        )
         retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
 
     async def _write_outputs(self) -> None:
@@ -457,7 +464,15 @@ class JobRunner:
             dropping = loop.run_in_executor(None, lifetime.drop_payloads, self.ledger, self.job.key)
         job = self.job
         try:  # off the engine loop: a slow store stalls this job only (M10)
-            await off_loop("outputs", write_outputs, self.ledger, job.key, job.spec.output.url, job.storage)
+            await off_loop(
+                "outputs",
+                write_outputs,
+                self.ledger,
+                job.key,
+                job.spec.output.url,
+                job.storage,
+                self.checker is not None,
+            )
         finally:
             if dropping is not None:
                 await asyncio.wait([dropping])  # never left running past the step

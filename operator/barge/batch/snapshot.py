@@ -127,6 +127,7 @@ def build_snapshot(
         "failed": raw.get("failed", 0),
         "retrying": raw.get("retrying", 0),
         "viaFallback": raw.get("viaFallback", 0),
+        "invalidOutput": raw.get("invalidOutput", 0),
     }
     tokens, count = ledger.estimate_inputs(
         job.key, ("pending", "submitting", "submitted", "succeeded", "refused", "failed")
@@ -193,6 +194,8 @@ def build_snapshot(
             f"{good}/{total} with a result, {counts['invalid']} invalid, {counts['failed']} failed, "
             f"{len(live)} batches in flight"
         )
+        if counts["invalidOutput"]:
+            message += f", {counts['invalidOutput']} answers that broke the schema"
     if table.price(job.model) is None:
         message += f"; no price known for model {job.model!r}: cost shows 0"
     conditions = [

@@ -68,14 +68,24 @@ def batch_json(batch: Batch, now: float, base: str) -> dict[str, Any]:
     }
 
 
+def content_blocks(ans: Answer, msg_id: str) -> list[dict[str, Any]]:
+    """A forced tool's call is a tool_use block (its input the minimal instance of the tool's input_schema)."""
+    if ans.tool_call is not None:
+        name, arguments = ans.tool_call
+        return [{"type": "tool_use", "id": f"toolu_{msg_id}", "name": name, "input": arguments}]
+    return [{"type": "text", "text": ans.text}] if ans.text else []
+
+
 def message_json(item: Item, ans: Answer, msg_id: str) -> dict[str, Any]:
     return {
         "id": msg_id,
         "type": "message",
         "role": "assistant",
         "model": item.model,
-        "content": [{"type": "text", "text": ans.text}] if ans.text else [],
-        "stop_reason": "refusal" if ans.outcome == "refusal" else ("max_tokens" if ans.truncated else "end_turn"),
+        "content": content_blocks(ans, msg_id),
+        "stop_reason": "refusal"
+        if ans.outcome == "refusal"
+        else ("tool_use" if ans.tool_call else "max_tokens" if ans.truncated else "end_turn"),
         "stop_sequence": None,
         "usage": {
             "input_tokens": ans.input_tokens,
@@ -139,7 +149,7 @@ async def create_batch(request: web.Request) -> web.Response:
         items.append(item_from_messages(custom_id, req["params"]))
     if store.profile.batch.create_seconds:
         await asyncio.sleep(store.profile.batch.create_seconds)
-    batch = store.new_batch("anthropic", items)
+    batch = store.new_batch("anthropic", items, betas=request.headers.get("anthropic-beta", ""))
     if store.creates <= store.profile.batch.create_failures_after_accept:
         return error(500, "Internal server error")  # stored anyway: the duplicate-create trap
     return web.json_response(batch_json(batch, store.clock(), _base(request)))

@@ -20,7 +20,9 @@ from typing import Any, Literal, TypeGuard
 import orjson
 from aiohttp import web
 
+from barge.emulator import structured
 from barge.emulator.profile import Profile
+from barge.emulator.structured import Tool
 
 ProviderName = Literal["anthropic", "openai", "azure", "mistral"]
 REPLY_PREFIX = "Emulated reply: "
@@ -65,6 +67,10 @@ class Item:
     cached_prefix_tokens: int = 0
     invalid: str = ""
     line: int = 0
+    schema: dict[str, Any] | None = None
+    """The schema a response_format / output_config.format asks the answer to follow (emulator/structured.py)."""
+    tool: Tool | None = None
+    """The tool a tool_choice forces: the answer is a call to it."""
 
 
 def item_from_messages(custom_id: str, params: dict[str, Any], line: int = 0) -> Item:
@@ -81,6 +87,7 @@ def item_from_messages(custom_id: str, params: dict[str, Any], line: int = 0) ->
         problems.append("max_tokens: field required")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         problems.append("max_tokens: must be a positive integer")
+    schema, tool = structured.wanted(params)
     system = params.get("system", "")
     system_text = _content_text(system)
     cached = 0
@@ -97,6 +104,8 @@ def item_from_messages(custom_id: str, params: dict[str, Any], line: int = 0) ->
         cached_prefix_tokens=cached,
         invalid="; ".join(problems),
         line=line,
+        schema=schema,
+        tool=tool,
     )
 
 
@@ -112,6 +121,8 @@ class Answer:
     cache_write_tokens: int = 0
     message: str = ""
     truncated: bool = False
+    tool_call: tuple[str, Any] | None = None
+    """A forced tool's (name, arguments): the answer is that call (its text is the arguments in JSON)."""
     garbled: bool = False
     """Answered (and billed) as succeeded, but its line of the results file is served unreadable (`garble`)."""
 
@@ -126,16 +137,23 @@ def answer(item: Item, outcome: str, cache_hit: bool, reply_chars: int = 200, re
     if outcome in ("server_error", "expired", "canceled"):
         return Answer(outcome, message=f"emulated {outcome.replace('_', ' ')}")
     full = "" if outcome == "refusal" else reply_text(item.last_user, reply_chars, repeat)
-    text = full[: item.max_tokens * 4]
+    call: tuple[str, Any] | None = None
+    if outcome != "refusal" and item.tool is not None:
+        call = (item.tool.name, structured.minimal(item.tool.input_schema))
+        full = orjson.dumps(call[1]).decode()
+    elif outcome != "refusal" and item.schema is not None:  # structured outputs follow the schema whole
+        full = structured.answer_text(item.schema, outcome == "schema_violation", full)
+    text = full if item.schema is not None or call is not None else full[: item.max_tokens * 4]
     cached = item.cached_prefix_tokens
     return Answer(
-        outcome,
+        "succeeded" if outcome == "schema_violation" else outcome,  # answered and billed: only its text is wrong
         text=text,
         input_tokens=item.input_tokens - cached,
         output_tokens=estimate_tokens(text) if text else 1,
         cache_read_tokens=cached if cache_hit else 0,
         cache_write_tokens=0 if cache_hit else cached,
         truncated=len(text) < len(full),
+        tool_call=call,
     )
 
 
@@ -193,6 +211,7 @@ class Batch:
     output_expires_after: dict[str, Any] | None = None
     reply_chars: int = 200  # the profile's batch.replyChars
     reply_repeat: bool = False  # the profile's batch.replyRepeat
+    betas: str = ""  # Anthropic: the create call's anthropic-beta header (structured outputs put theirs there)
     _answers: list[tuple[Item, Answer]] | None = field(default=None, repr=False)
     _rendered: dict[str, bytes] = field(default_factory=dict, repr=False)
 
@@ -256,6 +275,7 @@ class Batch:
             key = {
                 "succeeded": "succeeded",
                 "garbled": "succeeded",
+                "schema_violation": "succeeded",
                 "refusal": "succeeded",
                 "canceled": "canceled",
                 "expired": "expired",

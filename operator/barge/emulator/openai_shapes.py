@@ -58,6 +58,15 @@ def ts(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
+def message_json(ans: Answer, completion_id: str) -> dict[str, Any]:
+    """The choice's message; a forced tool's call is its one tool call (arguments: JSON text, as OpenAI sends)."""
+    if ans.tool_call is not None:
+        name = ans.tool_call[0]
+        call = {"id": f"call_{completion_id}", "type": "function", "function": {"name": name, "arguments": ans.text}}
+        return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [call]}
+    return {"role": "assistant", "content": None if ans.outcome == "refusal" else ans.text, "refusal": None}
+
+
 def completion_json(item: Item, ans: Answer, completion_id: str, created: float) -> dict[str, Any]:
     refused = ans.outcome == "refusal"
     return {
@@ -68,8 +77,10 @@ def completion_json(item: Item, ans: Answer, completion_id: str, created: float)
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": None if refused else ans.text, "refusal": None},
-                "finish_reason": "content_filter" if refused else ("length" if ans.truncated else "stop"),
+                "message": message_json(ans, completion_id),
+                "finish_reason": "content_filter"
+                if refused
+                else ("tool_calls" if ans.tool_call else "length" if ans.truncated else "stop"),
                 "logprobs": None,
             }
         ],

@@ -8,8 +8,10 @@ from typing import Any
 
 import yaml
 
-BATCH_OUTCOMES = ("server_error", "invalid_request", "expired", "refusal", "garbled")
-SYNC_OUTCOMES = ("server_error", "invalid_request", "refusal", "garbled")
+#: schema_violation: a request that asks for a schema (response_format, output_config.format) is answered, and
+#: billed, with text that breaks it (emulator/structured.py); other requests succeed as usual.
+BATCH_OUTCOMES = ("server_error", "invalid_request", "expired", "refusal", "garbled", "schema_violation")
+SYNC_OUTCOMES = ("server_error", "invalid_request", "refusal", "garbled", "schema_violation")
 
 
 @dataclass(frozen=True)

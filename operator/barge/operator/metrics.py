@@ -45,7 +45,8 @@ TERMINAL = ("Succeeded", "Failed")
 JOB_CONDITIONS = ("Admitted", "DeadlineExceeded", "BudgetExceeded", "StepFailed")
 #: Step-fault reasons exported from the start (at 0), so an alert's increase() sees the first one.
 ALERTED_FAULTS = ("LedgerError", "InternalError")
-ITEM_STATES = ("total", "pending", "submitted", "succeeded", "refused", "invalid", "failed")
+#: invalidOutput is not a state: items whose last answer broke spec.request.responseFormat (retrying or failed).
+ITEM_STATES = ("total", "pending", "submitted", "succeeded", "refused", "invalid", "failed", "invalidOutput")
 POOL_CONDITIONS = ("Ready", "Available", "Degraded", "QuotaCapped", "ScalingConflict")
 KINDS = ("input", "output", "cache_read", "cache_write")
 DEFAULT_RATIO = float(LLMBatchJobSpec.model_fields["success_ratio"].default)
@@ -285,7 +286,9 @@ class BargeCollector(Collector):
             labels=["tenant", "namespace", "condition"],
         )
         items = GaugeMetricFamily(
-            "barge_job_items", "Items of running LLMBatchJobs, by state", labels=["tenant", "namespace", "state"]
+            "barge_job_items",
+            "Items of running LLMBatchJobs, by state (invalidOutput: whose last answer broke the job's schema)",
+            labels=["tenant", "namespace", "state"],
         )
         for (tenant, ns), mine in sorted(groups.items(), key=lambda group: group[0]):
             for phase in PHASES:

@@ -7,6 +7,7 @@ Anthropic batches carry no metadata: orphan adoption matches them by time window
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any
@@ -31,11 +32,14 @@ from barge.providers.base import (
     flatten,
     read_answer,
 )
+from barge.providers.content import MARK, ORDINARY_STOPS, anthropic_output
 from barge.providers.encoding import anthropic_params as params
 from barge.providers.encoding import encode_anthropic
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
 
 _SUCCEEDED, _REFUSED = Outcome.SUCCEEDED, Outcome.REFUSED
+#: A one-text-block answer that stopped so is read on the fast path (a refusal says so in its outcome).
+ORDINARY_STOPS_OR_REFUSAL = (*ORDINARY_STOPS, "refusal")
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -49,17 +53,13 @@ def _usage(raw: dict[str, Any] | None) -> Usage:
     )
 
 
-def _text(content: list[dict[str, Any]]) -> str:
-    if len(content) == 1 and content[0].get("type") == "text":  # the usual answer: one text block, no join
-        text = content[0].get("text", "")
-        if isinstance(text, str):
-            return text
-    return "".join(b.get("text", "") for b in content if b.get("type") == "text")
-
-
 def _message_result(custom_id: str, message: dict[str, Any]) -> Result:
-    # Positional arguments: this runs once per result of a batch (ingestion's hot path).
-    text, usage = _text(message.get("content") or []), _usage(message.get("usage"))
+    # Positional arguments: this runs once per result of a batch (ingestion's hot path). Every block is kept
+    # (content.anthropic_output): a tool_use block's input is the answer of a tool-forcing request.
+    content = message.get("content")
+    stop = message.get("stop_reason")  # a refusal says so in its outcome, its text is kept as it is
+    text = anthropic_output(content if isinstance(content, list) else [], None if stop == "refusal" else stop)
+    usage = _usage(message.get("usage"))
     if message.get("stop_reason") == "refusal":
         return Result(custom_id, Outcome.REFUSED, text, usage, "refusal")
     return Result(custom_id, Outcome.SUCCEEDED, text, usage)
@@ -85,8 +85,9 @@ def result_from_line(line: dict[str, Any]) -> Result:
 
 
 def parse_line(line: dict[str, Any]) -> Parsed:
-    """`result_from_line` as a `Parsed` tuple. The usual line, a succeeded message with one text block and integer
-    usage, is read here without a Result; any other shape goes through `result_from_line` (same answer)."""
+    """`result_from_line` as a `Parsed` tuple. The usual line, a succeeded message with one text block that ended
+    normally (content.ORDINARY_STOPS) and integer usage, is read here without a Result; any other shape goes
+    through `result_from_line` (same answer)."""
     result = line.get("result")
     if type(result) is dict and result.get("type") == "succeeded":
         message, custom_id = result.get("message"), line.get("custom_id")
@@ -99,6 +100,8 @@ def parse_line(line: dict[str, Any]) -> Parsed:
                 tcr, tcw = usage.get("cache_read_input_tokens") or 0, usage.get("cache_creation_input_tokens") or 0
                 if (
                     type(text) is str
+                    and message.get("stop_reason") in ORDINARY_STOPS_OR_REFUSAL
+                    and not text.startswith(MARK)
                     and type(tin) is int
                     and type(tout) is int
                     and type(tcr) is int
@@ -123,6 +126,9 @@ def _info(batch: MessageBatch) -> BatchInfo:
     return BatchInfo(batch.id, batch.processing_status, batch.processing_status == "ended", created, total)
 
 
+#: The beta flag of structured outputs (anthropic SDK 2.14's AnthropicBetaParam), sent on the batch create call
+#: whose requests carry output_config.format, and on such synchronous calls; never inside a request.
+STRUCTURED_OUTPUTS_BETA = "structured-outputs-2025-11-13"
 RESULTS_URLS = 4096  # results URLs remembered (one per ended batch until its results are read)
 
 
@@ -151,11 +157,17 @@ class AnthropicProvider:
         self, lines: Iterable[bytes], metadata: dict[str, str], *, output_expires_after: int = 0
     ) -> BatchInfo:
         # output_expires_after: Anthropic has no such setting (results are kept 29 days); delete_objects is the cure
+        source = iter(lines)
+        first = next(source, None)
+        headers = {"Content-Type": "application/json"}
+        if first is not None and b'"output_config"' in first:  # one job's shard: its first request tells
+            headers["anthropic-beta"] = STRUCTURED_OUTPUTS_BETA
+
         async def body() -> AsyncIterator[bytes]:
             # Streamed (chunked) straight from the ledger: memory stays flat whatever the shard's size.
             yield b'{"requests":['
             chunk = bytearray()
-            for n, line in enumerate(lines):
+            for n, line in enumerate(itertools.chain(() if first is None else (first,), source)):
                 if n:
                     chunk += b","
                 chunk += line
@@ -169,7 +181,7 @@ class AnthropicProvider:
                 "/v1/messages/batches",
                 cast_to=MessageBatch,
                 content=body(),
-                options={"headers": {"Content-Type": "application/json"}},
+                options={"headers": headers},
             )
         except anthropic.APIError as exc:
             raise from_sdk(exc, anthropic) from exc
@@ -252,7 +264,10 @@ class AnthropicProvider:
     async def complete(self, request: Request) -> Result:
         # As OpenAIProvider.complete: the SDK's low-level post, without its params transform and response model.
         try:
-            response = await self._sync_client.post("/v1/messages", body=params(request), cast_to=httpx2.Response)
+            options: Any = {"headers": {"anthropic-beta": STRUCTURED_OUTPUTS_BETA}} if request.response_format else {}
+            response = await self._sync_client.post(
+                "/v1/messages", body=params(request), cast_to=httpx2.Response, options=options
+            )
         except anthropic.APIError as exc:
             return sync_failure(request.custom_id, from_sdk(exc, anthropic), exc)
         return read_answer(request.custom_id, response.content, _message_result)

@@ -24,6 +24,15 @@ class Outcome(StrEnum):
     EXPIRED = "expired"  # resubmitted, or sent to the sync fallback near the deadline
     CANCELED = "canceled"  # same as expired
     FATAL = "fatal"  # authentication, permission, billing: stops the whole job
+    INVALID_OUTPUT = "invalid_output"  # an answer that is not JSON or breaks spec.request.responseFormat: retried
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """A JSON Schema the answers must follow (already checked as a schema at admission)."""
+
+    name: str
+    schema: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,8 @@ class Request:
     system: str = ""
     cache_system: bool = False
     params: dict[str, Any] = field(default_factory=dict)
+    response_format: ResponseFormat | None = None
+    """spec.request.responseFormat: the encoders ask each provider for output that follows the schema."""
     passthrough: bool = False
     """`user` is a whole chat body in JSON (spec.request.mode passthrough): the encoders send it, with Barge's
     model and max tokens, instead of building messages from `system` and `user`."""

@@ -43,6 +43,12 @@ def anthropic_params(request: Request) -> dict[str, Any]:
     )
     if request.system:
         body["system"] = system
+    if request.response_format is not None:  # structured outputs (the batch create call carries the beta flag)
+        config = body.get("output_config")
+        body["output_config"] = {
+            **(config if isinstance(config, dict) else {}),
+            "format": {"type": "json_schema", "schema": request.response_format.schema},
+        }
     return body
 
 
@@ -56,6 +62,12 @@ def openai_body(request: Request) -> dict[str, Any]:
     messages.append({"role": "user", "content": request.user})
     out = {k: v for k, v in request.params.items() if k not in RESERVED_PARAMS}  # Barge's keys always win
     out.update({"model": request.model, "messages": messages, "max_completion_tokens": request.max_tokens})
+    if request.response_format is not None:  # OpenAI, Azure and vLLM alike
+        fmt = request.response_format
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": fmt.name, "schema": fmt.schema, "strict": True},
+        }
     return out
 
 

@@ -39,6 +39,7 @@ from barge.providers.base import (
     flatten,
     read_answer,
 )
+from barge.providers.content import MARK, ORDINARY_STOPS, openai_output
 from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
@@ -47,6 +48,8 @@ from barge.providers.upload import LineReader
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _OUTCOME = {Fatal: Outcome.FATAL, Transient: Outcome.TRANSIENT, Invalid: Outcome.INVALID}
 _SUCCEEDED, _REFUSED = Outcome.SUCCEEDED, Outcome.REFUSED
+#: A text answer that stopped so is read on the fast path (a filtered one says so in its outcome).
+ORDINARY_STOPS_OR_FILTER = (*ORDINARY_STOPS, "content_filter")
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage:
@@ -62,9 +65,11 @@ def _completion_result(custom_id: str, completion: dict[str, Any]) -> Result:
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     refusal = message.get("refusal")
-    text, usage = str(message.get("content") or refusal or ""), _usage(completion.get("usage"))
+    usage = _usage(completion.get("usage"))
     if choice.get("finish_reason") == "content_filter" or refusal:
-        return Result(custom_id, Outcome.REFUSED, text, usage, "content_filter")
+        return Result(custom_id, Outcome.REFUSED, str(message.get("content") or refusal or ""), usage, "content_filter")
+    # tool calls and an unusual finish reason (length, tool_calls ...) are kept beside the text (content.py)
+    text = openai_output(message if isinstance(message, dict) else {}, choice.get("finish_reason"))
     return Result(custom_id, Outcome.SUCCEEDED, text, usage)
 
 
@@ -91,8 +96,9 @@ def result_from_line(line: dict[str, Any]) -> Result:
 
 
 def parse_line(line: dict[str, Any]) -> Parsed:
-    """`result_from_line` as a `Parsed` tuple. The usual line, a 200 with one choice whose message has text and no
-    refusal and integer usage, is read here without a Result; any other shape goes through `result_from_line`."""
+    """`result_from_line` as a `Parsed` tuple. The usual line, a 200 with one choice whose message has text, no
+    refusal and no tool call, that stopped normally, with integer usage, is read here without a Result; any other
+    shape goes through `result_from_line`."""
     response, custom_id = line.get("response"), line.get("custom_id")
     if type(response) is dict and type(custom_id) is str and not line.get("error"):
         status, body = response.get("status_code"), response.get("body")
@@ -107,6 +113,9 @@ def parse_line(line: dict[str, Any]) -> Parsed:
                 if (
                     type(text) is str
                     and text
+                    and not text.startswith(MARK)
+                    and not message.get("tool_calls")
+                    and choice.get("finish_reason") in ORDINARY_STOPS_OR_FILTER
                     and type(prompt) is int
                     and type(completion) is int
                     and type(cached) is int

@@ -25,6 +25,7 @@ from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter
 from barge.batch.sandbox import BoundedSandbox, render_bounded
 from barge.providers.base import BatchProvider, Outcome, Request
+from barge.providers.content import unpack
 from barge.providers.errors import Fatal
 from barge.storage import StorageError, StoragePolicy, StorageRefused, join, locate, read_text, write_lines
 from barge.workers.queues import Message, Queue
@@ -300,11 +301,13 @@ class Worker:
         if result.retry_after:
             self.limiter.pause(result.retry_after)
         if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
+            text, kept = unpack(result.text)  # tool calls, blocks, stop reasons: beside the text (content.py)
             record = {
                 "correlationId": correlation_id,
                 "tenant": tenant,
                 "status": result.outcome.value,
-                "output": result.text,
+                "output": text,
+                **kept,
                 "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
                 "metadata": envelope.get("metadata") or {},
             }
