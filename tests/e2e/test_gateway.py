@@ -269,8 +269,8 @@ def test_list_pagination_idempotency_cancel_and_file_delete(
     file = upload(oai, tmp_path, [line(f"q{n}", f"q {n}") for n in range(3)])
     args = {"input_file_id": file.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     key = os.urandom(8).hex()
-    first = oai.batches.create(**args, extra_headers={"Idempotency-Key": key})  # type: ignore[arg-type]
-    again = oai.batches.create(**args, extra_headers={"Idempotency-Key": key})  # type: ignore[arg-type]
+    first = oai.batches.create(**args, extra_headers={"Idempotency-Key": key})
+    again = oai.batches.create(**args, extra_headers={"Idempotency-Key": key})
     assert again.id == first.id
     other = oai.batches.create(**args)  # type: ignore[arg-type]
     assert other.id != first.id  # no key: a second batch, as the providers do
