@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from barge.api.batchjob import LLMBatchJobSpec
+from barge.api.pool import PoolProvider
 from barge.providers import Request, make_provider
 from barge.providers.encoding import encoder
 from tests.conftest import Factory, state
@@ -77,3 +78,7 @@ def test_base_url_is_required() -> None:
     spec["provider"]["baseURL"] = "https://api.groq.com/openai/v1"  # type: ignore[index]
     assert LLMBatchJobSpec.model_validate(spec).provider.type == "openai-compatible"
     assert b'"url":"/v1/chat/completions"' in encoder("openai-compatible")(Request("a", MODEL, "x", 5))
+    pool = {"type": "openai-compatible", "model": MODEL, "secretRef": {"name": "k"}}
+    with pytest.raises(ValidationError, match="baseURL is required"):
+        PoolProvider.model_validate(pool)
+    assert PoolProvider.model_validate({**pool, "baseURL": "https://api.together.xyz/v1"}).base_url

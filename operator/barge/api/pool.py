@@ -114,6 +114,16 @@ class EngineSpec(Model):
 class PoolProvider(Model):
     """An external provider deployment this pool stands for."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.type != 'openai-compatible' || (has(self.baseURL) && size(self.baseURL) > 0)",
+                "spec.provider.baseURL is required when spec.provider.type is openai-compatible",
+                field_path=".baseURL",
+            ),
+        )
+    )
+
     type: Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral"] = Field(
         description="Provider (openai-compatible needs baseURL)."
     )
@@ -127,6 +137,12 @@ class PoolProvider(Model):
         "(a job's own price wins), used instead of the operator's price table (e.g. for an Azure deployment "
         "name the table cannot know).",
     )
+
+    @model_validator(mode="after")
+    def _check_base_url(self) -> PoolProvider:
+        if self.type == "openai-compatible" and not self.base_url:
+            raise ValueError("spec.provider.baseURL is required when spec.provider.type is openai-compatible")
+        return self
 
 
 class Quota(Model):

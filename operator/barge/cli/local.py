@@ -34,7 +34,13 @@ from barge.providers import make_provider
 from barge.providers.base import Usage
 from barge.storage import StorageError, StoragePolicy, read_lines
 
-KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "azure-openai": "AZURE_OPENAI_API_KEY"}
+KEY_VARIABLES = {
+    "anthropic": "ANTHROPIC_API_KEY",
+    "openai": "OPENAI_API_KEY",
+    "azure-openai": "AZURE_OPENAI_API_KEY",
+    "openai-compatible": "OPENAI_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+}
 err = Console(stderr=True)
 
 
