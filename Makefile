@@ -54,15 +54,15 @@ lock: ## Re-resolve requirements.lock from pyproject.toml
 	$(VENV)/bin/uv pip compile pyproject.toml --group dev --generate-hashes --python-version 3.11 \
 	  --no-header -o requirements.lock
 
-GENERATE := $(BARGE) crds --out crds --chart charts/barge --readme README.md
+GENERATE := $(BARGE) crds --out crds --chart charts/barge --docs docs/reference
 
-crds: venv ## Regenerate crds/, the chart's CRDs and RBAC rules, and the README's values and RBAC tables
+crds: venv ## Regenerate crds/, the chart's CRDs and RBAC rules, and the site's reference pages (docs/reference/)
 	$(GENERATE)
 
 manifests: venv ## Render manifests/install/ from the chart (default values) with helm
 	$(PYTHON) tools/manifests.py
 
-lint: venv ## ruff, mypy --strict, import-linter contracts, generated files (CRDs, chart, manifests, Argo CD patch) up to date, actionlint
+lint: venv ## ruff, mypy --strict, import-linter contracts, generated files (CRDs, chart, manifests, Argo CD patch) up to date, actionlint, the docs site (mkdocs --strict)
 	$(VENV)/bin/ruff check operator tests tools bench integrations
 	$(VENV)/bin/ruff format --check operator tests tools bench integrations
 	$(VENV)/bin/mypy
@@ -72,6 +72,8 @@ lint: venv ## ruff, mypy --strict, import-linter contracts, generated files (CRD
 	$(PYTHON) tools/manifests.py --check
 	$(PY) integrations/argocd/generate.py --check
 	$$($(PYTHON) tools/localcluster.py tool-path actionlint) .github/workflows/*.yml
+	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site"; \
+	  rc=$$?; rm -rf "$$site"; exit $$rc
 
 fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff format operator tests tools bench integrations

@@ -1,6 +1,7 @@
-"""`barge crds`: write (or check) every file generated from barge.api and barge.k8s.rbac.
+"""`barge crds`: write (or check) every file generated from barge.api, barge.k8s.rbac and the rest of the code.
 
-Why one command: `crds/`, the chart's CRDs and RBAC rules, and the README's values and RBAC tables all derive
+Why one command: `crds/`, the chart's CRDs and RBAC rules, and the documentation site's reference pages
+(docs/reference/: CRD fields, CLI, metrics, chart values, RBAC, policy keys; barge.cli.reference) all derive
 from the same Python sources; `make crds` writes them together and `make lint` runs the same command with
 `--check`, so none can go stale alone.
 
@@ -12,31 +13,29 @@ paused replica resume), and it skips them when they exist, as they do wherever a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
+import typer
 
 from barge.api.crd import all_crds, render
 from barge.api.peering import peering_crds
+from barge.cli import reference
 from barge.k8s import chart as chart_
-from barge.k8s.rbac import markdown_table
 
 
-def generated_files(out: Path, chart: Path | None = None, readme: Path | None = None) -> dict[Path, str]:
-    """Path -> the exact text it must have."""
+def generated_files(
+    out: Path, chart: Path | None = None, docs: Path | None = None, app: typer.Typer | None = None
+) -> dict[Path, str]:
+    """Path -> the exact text it must have. `docs` (the reference folder) needs `chart` and the `barge` app."""
     files = {out / name: render(crd) for name, crd in {**all_crds(), **peering_crds()}.items()}
     if chart is not None:
         files |= {chart / "templates" / "crds" / name: text for name, text in chart_.crd_templates().items()}
         files |= {chart / "crds" / name: render(crd) for name, crd in peering_crds().items()}
         files[chart / "templates" / "_rbac_rules.tpl"] = chart_.rbac_helpers()
-    if readme is not None:
-        text = readme.read_text()
-        if chart is not None:
-            schema = json.loads((chart / "values.schema.json").read_text())
-            values = yaml.safe_load((chart / "values.yaml").read_text())
-            text = chart_.replace_section(text, "values", chart_.values_table(schema, values))
-        files[readme] = chart_.replace_section(text, "rbac", markdown_table())
+    if docs is not None:
+        if chart is None or app is None:
+            raise ValueError("the reference pages need the chart (values) and the barge app (CLI)")
+        files |= {docs / name: text for name, text in reference.pages(chart, app).items()}
     return files
 
 

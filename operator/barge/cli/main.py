@@ -41,13 +41,15 @@ def crds(
     chart: Annotated[
         Path | None, typer.Option(help="Also write the chart's CRD templates and RBAC rules (charts/barge).")
     ] = None,
-    readme: Annotated[Path | None, typer.Option(help="Also update the README's values and RBAC tables.")] = None,
+    docs: Annotated[
+        Path | None, typer.Option(help="Also write the site's reference pages (docs/reference; needs --chart).")
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="Fail if the files on disk differ; write nothing.")] = False,
 ) -> None:
-    """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the README's tables) from barge.api and barge.k8s."""
+    """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the site's reference pages) from the code."""
     from barge.cli import generate
 
-    files = generate.generated_files(out, chart, readme)
+    files = generate.generated_files(out, chart, docs, app)
     if check:
         stale = generate.stale(files)
         if stale:
