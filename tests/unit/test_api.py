@@ -38,7 +38,14 @@ def _job(**spec: Any) -> dict[str, Any]:
 def test_there_is_a_sample_per_provider_type_and_pool_kind() -> None:
     jobs = [d for p in SAMPLES for d in _docs(p) if d["kind"] == "LLMBatchJob"]
     pools = [d for p in SAMPLES for d in _docs(p) if d["kind"] == "InferencePool"]
-    assert {j["spec"]["provider"]["type"] for j in jobs} == {"anthropic", "openai", "azure-openai", "pool"}
+    assert {j["spec"]["provider"]["type"] for j in jobs} == {
+        "anthropic",
+        "openai",
+        "azure-openai",
+        "openai-compatible",
+        "mistral",
+        "pool",
+    }
     assert any("engine" in p["spec"] for p in pools)
     assert any("provider" in p["spec"] for p in pools)
 
