@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from barge.batch import prices
 from barge.batch.bounded import bound
 from barge.batch.budget import missing_price_message
-from barge.ledger import Ledger
+from barge.ledger import Ledger, reasons
 from barge.providers.base import Usage
 
 if TYPE_CHECKING:
@@ -190,9 +190,10 @@ def build_snapshot(
             phase = "Submitting"
     good = counts["succeeded"] + counts["refused"]
     if not message:
-        message = (
-            f"{good}/{total} with a result, {counts['invalid']} invalid, {counts['failed']} failed, "
-            f"{len(live)} batches in flight"
+        message = (  # the top reasons: a bounded read (ledger/reasons.py), not a scan of the job
+            f"{good}/{total} with a result, {counts['invalid']} invalid"
+            f"{reasons.note(ledger, job.key, 'invalid', counts['invalid'])}, {counts['failed']} failed"
+            f"{reasons.note(ledger, job.key, 'failed', counts['failed'])}, {len(live)} batches in flight"
         )
         if counts["invalidOutput"]:
             message += f", {counts['invalidOutput']} answers that broke the schema"
