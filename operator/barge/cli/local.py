@@ -26,10 +26,12 @@ from barge.api.batchjob import LLMBatchJob
 from barge.batch import plan as planning
 from barge.batch import prices, zygote
 from barge.batch.job import EngineSettings, Job
-from barge.batch.render import Renderer
+from barge.batch.render import PlanError, Renderer
 from barge.batch.runner import JobRunner
 from barge.batch.snapshot import Snapshot
+from barge.cli import waiting
 from barge.ledger import Ledger
+from barge.policy import Refused
 from barge.providers import make_provider
 from barge.providers.base import Usage
 from barge.storage import StorageError, StoragePolicy, read_lines
@@ -170,8 +172,16 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
     out.print(summary)
     for n, shard in enumerate(shards):
         out.print(f"shard {n}: {shard.count} requests, {shard.size / 1e6:.1f} MB")
-    if table.price(job.model) is None:
-        out.print(f"[yellow]no price known for {job.model!r}: costs show 0 (set BARGE_PRICES)[/yellow]")
+    if table.price(job.model) is None and spec.budget and spec.budget.price is None:
+        out.print(
+            f"[red]no price known for {job.model!r} and spec.budget is set: barge run (and the operator) would leave "
+            "it not admitted (PriceMissing); give the price in spec.budget.price (USD per million input/output tokens) "
+            "or in the price table BARGE_PRICES points at[/red]"
+        )
+    elif table.price(job.model) is None:
+        out.print(
+            f"[yellow]no price known for {job.model!r}: costs show 0 (set spec.budget.price or BARGE_PRICES)[/yellow]"
+        )
     for row in invalid[:50]:
         out.print(f"[yellow]line {row['line']}: {row['error_type']}: {row['reason']}[/yellow]")
     if len(invalid) > 50:
@@ -185,10 +195,16 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
 
 def _progress_line(snap: Snapshot) -> str:
     c = snap.counts
-    return (
+    line = (
         f"{snap.phase}: {c['succeeded'] + c['refused']}/{c['total']} done, {c['submitted']} in flight, "
         f"{c['pending']} pending, {c['invalid']} invalid, {c['failed']} failed, cost ${snap.usage['costUSD']}"
     )
+    why = waiting.waiting_on(snap.conditions)  # what a job not yet admitted waits for
+    return f"{line} (waiting: {why})" if why else line
+
+
+def _stops(snap: Snapshot) -> bool:
+    return snap.terminal or waiting.blocked(snap.phase, snap.conditions) is not None
 
 
 async def _run(runner: JobRunner, poll: float, as_json: bool) -> Snapshot:
@@ -204,13 +220,14 @@ async def _run(runner: JobRunner, poll: float, as_json: bool) -> Snapshot:
             while True:
                 snap = await runner.step()
                 c = snap.counts
+                why = waiting.waiting_on(snap.conditions)
                 bar.update(
                     task,
                     total=c["total"] or None,
                     completed=c["succeeded"] + c["refused"] + c["invalid"] + c["failed"],
-                    description=f"{snap.phase} ${snap.usage['costUSD']}",
+                    description=f"{snap.phase} ${snap.usage['costUSD']}" + (f" (waiting: {why})" if why else ""),
                 )
-                if snap.terminal or _held(snap):
+                if _stops(snap):
                     return snap
                 await asyncio.sleep(poll)
     while True:
@@ -219,16 +236,9 @@ async def _run(runner: JobRunner, poll: float, as_json: bool) -> Snapshot:
         if line != last and not as_json:
             print(line, file=sys.stderr, flush=True)
             last = line
-        if snap.terminal or _held(snap):
+        if _stops(snap):
             return snap
         await asyncio.sleep(poll)
-
-
-def _held(snap: Snapshot) -> bool:
-    return (
-        any(c["type"] == "BudgetExceeded" and c["status"] == "True" for c in snap.conditions)
-        and snap.phase == "Pending"
-    )
 
 
 def run_command(manifest_path: Path, ledger_url: str, as_json: bool, poll: float, settings: EngineSettings) -> int:
@@ -254,19 +264,30 @@ def run_command(manifest_path: Path, ledger_url: str, as_json: bool, poll: float
             None if as_json else print(f"[{reason}] {message}", file=sys.stderr, flush=True)
         ),
     )
+    stuck: waiting.Blocked | None = None
     try:
-        snap = asyncio.run(_run(runner, poll, as_json))
+        try:
+            snap = asyncio.run(_run(runner, poll, as_json))
+        except (PlanError, Refused) as exc:  # the operator's Admitted=False; here an exit naming it
+            stuck = waiting.refused(exc)
+            snap = runner.snapshot()
+            snap.conditions = waiting.admitted_false(snap.conditions, stuck)
     except StorageError as exc:
         err.print(f"[red]{exc}[/red]")
         return 2
     finally:
         ledger.close()
+    stuck = stuck or waiting.blocked(snap.phase, snap.conditions)
     if as_json:
         print(json.dumps(snap.to_json()))
+    elif stuck is not None:
+        err.print(f"{snap.phase}, and it cannot go on without you: {stuck}", style="red", markup=False, soft_wrap=True)
     else:
         print(
             f"{snap.phase}: {snap.message}; cost ${snap.usage['costUSD']} (saved ${snap.usage['savedUSD']}); "
             f"results: {spec.output.url}",
             file=sys.stderr,
         )
+    if stuck is not None:
+        return waiting.EXIT_NEEDS_A_PERSON
     return 0 if snap.phase == "Succeeded" else 1

@@ -124,7 +124,9 @@ def run(
 ) -> None:
     """Run an LLMBatchJob manifest to completion locally; rerunning the same command resumes it.
 
-    Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid.
+    Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid, 3 when it cannot go on without
+    a person (not admitted: no price for a budgeted model, a template that does not compile, a policy's refusal; or
+    over its budget): the reason and message are printed. While it waits (planning) each progress line says why.
     """
     from barge.batch.job import EngineSettings
     from barge.cli import local
@@ -206,8 +208,15 @@ def operator(
     Watches every namespace when none is named.
     """
     from barge.config import OperatorConfig, peering_priority
+    from barge.operator import ports
     from barge.operator.main import run as run_operator
 
+    if metrics_port:  # before Kopf starts: a taken port is an exit naming it, not a start-up activity retried
+        try:
+            ports.listen(metrics_port).close()
+        except ports.PortUnavailable as exc:
+            typer.echo(f"barge operator: {exc}", err=True)
+            raise typer.Exit(1) from exc
     config = OperatorConfig.from_env(
         namespaces=tuple(namespace or ()),
         all_namespaces=all_namespaces or not namespace,
