@@ -207,16 +207,17 @@ def operator(
     BARGE_PEERING_PRIORITY, BARGE_PEERING_LIFETIME.
     Watches every namespace when none is named.
     """
-    from barge.config import OperatorConfig, peering_priority
     from barge.operator import ports
-    from barge.operator.main import run as run_operator
 
-    if metrics_port:  # before Kopf starts: a taken port is an exit naming it, not a start-up activity retried
+    if metrics_port:  # first, before Kopf's imports: a taken port is an exit naming it, not a retried activity
         try:
             ports.listen(metrics_port).close()
         except ports.PortUnavailable as exc:
             typer.echo(f"barge operator: {exc}", err=True)
             raise typer.Exit(1) from exc
+    from barge.config import OperatorConfig, peering_priority
+    from barge.operator.main import run as run_operator
+
     config = OperatorConfig.from_env(
         namespaces=tuple(namespace or ()),
         all_namespaces=all_namespaces or not namespace,
