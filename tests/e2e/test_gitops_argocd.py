@@ -274,7 +274,7 @@ def test_suspend_selfheal_prune_invalid_and_failed_through_git(
     revision = repo.commit({"nightly/bad.yaml": yaml.safe_dump(bad)}, "an invalid job")
     app = watch.failed_sync(revision, "the sync to fail")
     text = json.dumps(operation(app))
-    assert "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set" in text
+    assert "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline, spec.input.fromJob" in text
     assert kubectl_json(cluster, "-n", namespace, "get", "configmap", "claims-settings")["data"] == {"team": "claims"}
     assert not lbj(cluster, namespace, "nightly-bad")
     repo.commit({"nightly/bad.yaml": None}, "drop the invalid job")

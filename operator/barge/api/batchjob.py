@@ -138,14 +138,66 @@ class ProviderSpec(Model):
         return self
 
 
+def _cel_error(expression: str) -> str | None:
+    """Why a CEL expression does not compile (celpy's parser), or None."""
+    import celpy  # the operator's CEL (cel-python); imported where a spec has one
+
+    try:
+        celpy.Environment().compile(expression)
+    except Exception as exc:  # celpy raises CELParseError, and others on odd input
+        return " ".join(str(exc).split())[:300]
+    return None
+
+
+class FromJobSpec(Model):
+    """Another LLMBatchJob's results as this job's input: the cascade (barge/cascade/). CEL sees one result line:
+    id, custom_id, status, output, output_json (the output parsed as JSON, {} if it is not: ask with has()), usage,
+    line and input (the upstream item's fields)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="The upstream LLMBatchJob, in this job's namespace. The job waits (Pending, Admitted=False "
+        "WaitingForUpstream) until it has results, then takes them as its batches land.",
+    )
+    namespace: str | None = Field(
+        None,
+        max_length=63,
+        description="Only this job's own namespace is allowed: any other is refused (Admitted=False CrossNamespace).",
+    )
+    select: str = Field(
+        "status == 'succeeded'",
+        min_length=1,
+        max_length=4096,
+        description="CEL over a result line choosing the items that go on (true: goes on). An error or a value "
+        "that is not a bool makes that item invalid, with the reason.",
+    )
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Template variable -> CEL over the result line (e.g. claim: input.text, label: "
+        "output_json.category). Empty: the upstream item's fields plus output and output_json.",
+    )
+
+    @model_validator(mode="after")
+    def _compiles(self) -> FromJobSpec:
+        for where, expression in [("select", self.select), *((f"fields.{k}", v) for k, v in self.fields.items())]:
+            why = _cel_error(expression)
+            if why is not None:
+                raise ValueError(f"spec.input.fromJob.{where} is not a CEL expression: {why}")
+        return self
+
+
 class InputSpec(Model):
-    """Where the JSONL items come from: exactly one of url, configMapRef, inline."""
+    """Where the JSONL items come from: exactly one of url, configMapRef, inline, fromJob."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel(
-                "[has(self.url), has(self.configMapRef), has(self.inline)].filter(x, x).size() == 1",
-                "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set",
+                "[has(self.url), has(self.configMapRef), has(self.inline), has(self.fromJob)].filter(x, x).size() == 1",
+                "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline, spec.input.fromJob "
+                "must be set",
             ),
         )
     )
@@ -161,6 +213,9 @@ class InputSpec(Model):
     inline: list[dict[str, Any]] | None = Field(
         None, max_length=1000, description="Items written in the manifest (small jobs and tests)."
     )
+    from_job: FromJobSpec | None = Field(
+        None, description="Another LLMBatchJob's results (same namespace), selected and mapped by CEL: a cascade."
+    )
     id_field: str = Field("id", min_length=1, max_length=128, description="Field of each item holding its id.")
     credentials_secret_ref: LocalObjectRef | None = Field(
         None,
@@ -172,8 +227,11 @@ class InputSpec(Model):
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSpec:
-        if sum(x is not None for x in (self.url, self.config_map_ref, self.inline)) != 1:
-            raise ValueError("exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline must be set")
+        if sum(x is not None for x in (self.url, self.config_map_ref, self.inline, self.from_job)) != 1:
+            raise ValueError(
+                "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline, spec.input.fromJob "
+                "must be set"
+            )
         return self
 
 
