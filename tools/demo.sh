@@ -7,8 +7,10 @@ started=$SECONDS
 DEMO=/var/tmp/barge-demo
 CLUSTER_DIR=.barge/demo-cluster
 BARGE=.venv/bin/barge
-PORT=8099
-METRICS=18080
+# Free ports unless given: the emulator's is the one it reports binding (--port 0), the operator's /metrics and
+# /healthz one is picked here (the operator exits naming it if it is taken after all).
+PORT=${BARGE_DEMO_EMULATOR_PORT:-0}
+METRICS=${BARGE_DEMO_METRICS_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')}
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -17,8 +19,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== 1/6 local control plane (etcd + kube-apiserver built from Go modules; cached after the first run)"
+echo "== 1/6 local control plane: etcd + kube-apiserver, built from Go modules the first time, cached after"
+python3 tools/demo_tools.py
+built=$SECONDS
 python3 tools/localcluster.py up --dir "$CLUSTER_DIR"
+echo "   control plane up after $(( SECONDS - built ))s"
 export KUBECONFIG=$PWD/$CLUSTER_DIR/kubeconfig
 PATH="$(dirname "$(python3 tools/localcluster.py kubectl-path)"):$PATH"
 kubectl apply --server-side -f crds/ >/dev/null
@@ -28,10 +33,20 @@ echo "== 2/6 6,000 generated claims in $DEMO"
 rm -rf "$DEMO" && mkdir -p "$DEMO"
 $BARGE demo-data claims --count 6000 --out "$DEMO/claims.jsonl"
 
-echo "== 3/6 barge emulator on 127.0.0.1:$PORT (fault profile: examples/claims/emulator-faults.yaml)"
+echo "== 3/6 barge emulator (fault profile: examples/claims/emulator-faults.yaml)"
 $BARGE emulator --port "$PORT" --profile examples/claims/emulator-faults.yaml >"$DEMO/emulator.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/_emulator/state" >/dev/null && break; sleep 0.2; done
+emulator_pid=$!
+pids+=($emulator_pid)
+url=""
+for _ in $(seq 300); do
+  url=$(grep -o 'listening on http://[0-9.:]*' "$DEMO/emulator.log" | head -1 | cut -d' ' -f3 || true)
+  [[ -n "$url" ]] && curl -sf "$url/_emulator/state" >/dev/null && break
+  kill -0 "$emulator_pid" 2>/dev/null || { echo "the emulator exited:"; cat "$DEMO/emulator.log"; exit 1; }
+  sleep 0.2
+done
+[[ -n "$url" ]] || { echo "the emulator never said where it listens:"; cat "$DEMO/emulator.log"; exit 1; }
+PORT=${url##*:}
+echo "   emulator on $url (log: $DEMO/emulator.log)"
 
 echo "== 4/6 namespace (tenant claims-team), API-key Secret marked for Barge, admin policy, operator"
 kubectl create namespace claims --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -48,10 +63,18 @@ endpoints:
 EOF
 BARGE_LEDGER_URL="$DEMO/ledger.db" BARGE_POLICY_FILE="$DEMO/policy.yaml" BARGE_POLL_SECONDS=2 BARGE_MIN_BATCH_WINDOW=60 \
   $BARGE operator --namespace claims --metrics-port "$METRICS" >"$DEMO/operator.log" 2>&1 &
-pids+=($!)
+operator_pid=$!
+pids+=($operator_pid)
+# Up when /healthz answers; an operator that exits (its port taken, a bad setting) is shown at once, not waited on.
+for _ in $(seq 600); do
+  curl -sf "http://127.0.0.1:$METRICS/healthz" >/dev/null && break
+  kill -0 "$operator_pid" 2>/dev/null || { echo "the operator exited:"; tail -20 "$DEMO/operator.log"; exit 1; }
+  sleep 0.2
+done
+echo "   operator up: http://127.0.0.1:$METRICS/metrics and /healthz (log: $DEMO/operator.log)"
 
 echo "== 5/6 kubectl apply -f manifests/samples/claims-nightly.yaml (deadline: 6 hours from now)"
-kubectl -n claims apply -f manifests/samples/claims-nightly.yaml
+sed "s#http://127.0.0.1:8099#http://127.0.0.1:$PORT#" manifests/samples/claims-nightly.yaml | kubectl -n claims apply -f -
 kubectl -n claims patch lbj claims-nightly --type=merge \
   -p "{\"spec\":{\"deadline\":\"$(date -u -d '+6 hours' +%Y-%m-%dT%H:%M:%SZ)\"}}" >/dev/null
 kubectl -n claims get llmbatchjobs -w &

@@ -1,0 +1,33 @@
+"""`make demo` says what it builds and how long a cold build takes (tools/demo_tools.py; issue 28)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools import demo_tools
+
+
+def paths(tmp_path: Path) -> dict[str, Path]:
+    return {name: tmp_path / name for b in demo_tools.BUILDS for name in b.binaries}
+
+
+def test_a_cold_cache_lists_every_build_with_its_first_time_duration(tmp_path: Path) -> None:
+    text = "\n".join(demo_tools.report(paths(tmp_path)))
+    assert "etcd: ~2 min" in text
+    assert "kube-apiserver, kubectl" in text
+    assert "~25 min" in text
+    assert "helm: ~12 min (built by localcluster up; the demo does not use it)" in text
+    assert "argocd and KEDA are not built" in text
+    assert "already built" not in text
+
+
+def test_a_warm_cache_builds_nothing_and_a_partial_one_only_what_is_missing(tmp_path: Path) -> None:
+    found = paths(tmp_path)
+    for path in found.values():
+        path.touch()
+    assert demo_tools.report(found)[-1] == "   nothing to build"
+    found["kubectl"].unlink()  # one binary of the Kubernetes module: the module is built again
+    text = "\n".join(demo_tools.report(found))
+    assert "already built: etcd, helm, actionlint" in text
+    assert "~25 min" in text
+    assert "etcd: ~2 min" not in text
