@@ -4,7 +4,8 @@ generated argocd-cm patch, and STATUS and MESSAGE must match exactly, as upstrea
 
 The patch is the one users apply, so this also proves the scripts run without the string and math libraries
 (argocd-cm scripts do not get them; no useOpenLibs key is set). The testdata are objects captured from real
-e2e runs by tests/e2e/test_gitops_capture.py."""
+e2e runs by tests/e2e/test_gitops_capture.py; LLMBatchSchedule's are written in the shape operator/schedules.py
+writes (kstatus.schedule_conditions, k8s/schedule.build_status), not captured."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def entries() -> list[tuple[Path, dict[str, str], str]]:
 
 
 def test_every_kind_has_cases_and_every_testdata_file_is_used() -> None:
-    assert {c.parent.name for c in CASES} == {"LLMBatchJob", "InferencePool"}
+    assert {c.parent.name for c in CASES} == {"LLMBatchJob", "InferencePool", "LLMBatchSchedule"}
     for case in CASES:
         used = {t["inputPath"] for t in yaml.safe_load(case.read_text())["tests"]}
         present = {f"testdata/{p.name}" for p in (case.parent / "testdata").glob("*.yaml")}
@@ -72,6 +73,7 @@ def test_the_patch_does_not_enable_open_libs() -> None:
     assert set(data) == {
         "resource.customizations.health.barge.dev_LLMBatchJob",
         "resource.customizations.health.barge.dev_InferencePool",
+        "resource.customizations.health.barge.dev_LLMBatchSchedule",
     }
 
 

@@ -111,7 +111,8 @@ def pool(emulator: str, redis_address: str, stream: str, workdir: Path) -> dict[
                 "secretRef": {"name": "provider", "key": "api-key"},
                 "baseURL": f"{emulator}/v1",
             },
-            "quota": {"tokensPerMinute": 200000, "requestsPerMinute": 1000},
+            # enqueuedTokens: the deployment's batch quota, so the pooled job goes through its admission queue
+            "quota": {"tokensPerMinute": 200000, "requestsPerMinute": 1000, "enqueuedTokens": 10000000},
             "workers": [
                 {
                     "name": "doc-ingest",
@@ -176,7 +177,9 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
     try:
         operator_port = free_port()
         policy = workdir / "policy.yaml"  # the emulators on 127.0.0.1 are the providers here: the admin allows them
-        policy.write_text(yaml.safe_dump(admin_policy(workdir)))
+        # ... and gives claims-team a monthly budget (#31: the tenant budget gauges and the budget panels)
+        budgets = {"tenants": {"claims-team": {"monthlyUSD": 1000, "warnAt": 0.8}}}
+        policy.write_text(yaml.safe_dump({**admin_policy(workdir), "budgets": budgets}))
         operator = start(
             [sys.executable, "-m", "barge.cli", "operator", "--namespace", ns, "--metrics-port", str(operator_port)],
             workdir / "operator.log",
@@ -201,11 +204,14 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
             # still Running when Prometheus scrapes: its batch takes an hour; one line has no id (invalid)
             job("slow", slow.url, workdir, [*items[:5], {"text": "no id"}], deadline=deadline),
             pool(fast.url, redis_address, stream, workdir),
+            # through the provider pool: its deployment's admission queue is labelled with the pool (barge_admission_*)
+            job("pooled", fast.url, workdir, items[:10], provider={"type": "pool", "poolRef": {"name": "ingest-mini"}}),
         ]
         kubectl(cluster, "-n", ns, "apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(m) for m in manifests))
         phase = lambda name: get_json(cluster, "-n", ns, "get", "lbj", name).get("status", {}).get("phase")  # noqa: E731
         wait_for(lambda: phase("nightly") == "Succeeded", 120, "the nightly job Succeeded")
         wait_for(lambda: phase("slow") == "Running", 60, "the slow job Running")
+        wait_for(lambda: phase("pooled") == "Succeeded", 240, "the pooled job Succeeded")
         # a fresh control plane answers 429 while new CRDs' storage initialises; Kopf retries the pool after 60 s
         wait_for(
             lambda: get_json(cluster, "-n", ns, "get", "bpool", "ingest-mini").get("status", {}).get("workers"),
@@ -350,7 +356,7 @@ def test_the_panels_show_the_real_numbers(stack: Stack) -> None:
     phases = {
         s["metric"]["phase"]: float(s["value"][1]) for s in stack.query(f'barge_jobs{{namespace="{stack.namespace}"}}')
     }
-    assert phases["Succeeded"] == 1
+    assert phases["Succeeded"] == 2  # nightly, and the job through the provider pool
     assert phases["Running"] == 1
     assert phases["Failed"] == 0
     (ratio,) = stack.query(f'barge_job_success_ratio{{namespace="{stack.namespace}"}}')
@@ -366,6 +372,16 @@ def test_the_panels_show_the_real_numbers(stack: Stack) -> None:
     # the emulator let about a fifth of the nightly job's requests expire; the ledger counted them per batch
     (expired,) = stack.query(f'sum(barge_requests_expired_total{{namespace="{stack.namespace}"}})')
     assert float(expired["value"][1]) > 0
+    # the tenant's month to date is what its jobs cost (the ledger's cost counter), against the policy's budget
+    (budget,) = stack.query('max by (tenant) (barge_tenant_budget_usd{tenant="claims-team"})')
+    assert float(budget["value"][1]) == 1000
+    (warn,) = stack.query('max by (tenant) (barge_tenant_budget_warn_usd{tenant="claims-team"})')
+    assert float(warn["value"][1]) == 800
+    (spent,) = stack.query('max by (tenant) (barge_tenant_spend_usd{tenant="claims-team"})')
+    (cost,) = stack.query('sum by (tenant) (max without (instance, pod) (barge_cost_usd_total{tenant="claims-team"}))')
+    assert 0 < float(spent["value"][1]) == pytest.approx(float(cost["value"][1]), rel=1e-6)
+    waited = stack.query(f'barge_admission_wait_seconds_count{{namespace="{stack.namespace}",pool="ingest-mini"}}')
+    assert sum(float(s["value"][1]) for s in waited) == 1  # the pooled job's one wait
 
 
 def test_the_shipped_alerts_evaluate_on_the_real_series(stack: Stack) -> None:

@@ -229,7 +229,8 @@ class Queues:
                     n, t = counts.get(key, (0, 0))
                     counts[key] = (n + 1, t + sum(e.waiting.shards))
             waits = [(k, list(h.buckets), h.total, h.count) for k, h in sorted(self.waits.items())]
-            answers = sorted(self.token_limits.items())
+            # every deployment seen counts from 0, so that an alert's increase() sees the first answer
+            answers = sorted({**{(k[0], k[1]): 0 for k in self.labels}, **self.token_limits}.items())
         return counts, waits, answers
 
 

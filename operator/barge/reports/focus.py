@@ -78,7 +78,16 @@ class Key:
 
     @property
     def namespace(self) -> str:
-        return self.job.split("/", 1)[0]
+        return self.names[0]
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """(namespace, namespace/name) of an operator job (ledger key namespace/name/uid); a local run's key
+        (`barge run`: local:<manifest>:<namespace>/<name>) has no namespace and is named whole."""
+        parts = self.job.split("/")
+        if self.job.startswith("local:") or len(parts) != 3:
+            return "", self.job
+        return parts[0], f"{parts[0]}/{parts[1]}"
 
 
 def _iso(ts: float) -> str:
@@ -135,7 +144,7 @@ def build_rows(
         tags = {
             "barge.dev/tenant": key.tenant,
             "barge.dev/namespace": key.namespace,
-            "barge.dev/job": key.job.rsplit("/", 1)[0],
+            "barge.dev/job": key.names[1],
             "barge.dev/schedule": key.schedule,
         }
         billing_start, billing_end = _month(key.start)
@@ -175,7 +184,7 @@ def build_rows(
                     "ProviderName": provider,
                     "PublisherName": provider,
                     "ResourceId": key.job,
-                    "ResourceName": key.job.rsplit("/", 1)[0],
+                    "ResourceName": key.names[1],
                     "ResourceType": "LLMBatchJob",
                     "ServiceCategory": "AI and Machine Learning",
                     "ServiceName": service,
