@@ -73,20 +73,43 @@ for _ in $(seq 600); do
 done
 echo "   operator up: http://127.0.0.1:$METRICS/metrics and /healthz (log: $DEMO/operator.log)"
 
-echo "== 5/6 kubectl apply -f manifests/samples/claims-nightly.yaml (deadline: 6 hours from now)"
-sed "s#http://127.0.0.1:8099#http://127.0.0.1:$PORT#" manifests/samples/claims-nightly.yaml | kubectl -n claims apply -f -
-kubectl -n claims patch lbj claims-nightly --type=merge \
-  -p "{\"spec\":{\"deadline\":\"$(date -u -d '+6 hours' +%Y-%m-%dT%H:%M:%SZ)\"}}" >/dev/null
+# SAMPLE=claims-cascade (make demo SAMPLE=claims-cascade): the two-stage cascade of issue 29 instead, planned first.
+SAMPLE=${SAMPLE:-claims-nightly}
+case "$SAMPLE" in
+  claims-nightly) JOBS=(claims-nightly) ;;
+  claims-cascade) JOBS=(claims-classify claims-summarise); $BARGE plan "manifests/samples/$SAMPLE.yaml" ;;
+  *) echo "unknown SAMPLE=$SAMPLE (claims-nightly or claims-cascade)" >&2; exit 2 ;;
+esac
+echo "== 5/6 kubectl apply -f manifests/samples/$SAMPLE.yaml (deadline: 6 hours from now)"
+sed "s#http://127.0.0.1:8099#http://127.0.0.1:$PORT#" "manifests/samples/$SAMPLE.yaml" | kubectl -n claims apply -f -
+for job in "${JOBS[@]}"; do
+  kubectl -n claims patch lbj "$job" --type=merge \
+    -p "{\"spec\":{\"deadline\":\"$(date -u -d '+6 hours' +%Y-%m-%dT%H:%M:%SZ)\"}}" >/dev/null
+done
 kubectl -n claims get llmbatchjobs -w &
 watcher=$!
 pids+=($watcher)
 phase=""
-for _ in $(seq 600); do
-  phase=$(kubectl -n claims get lbj claims-nightly -o jsonpath='{.status.phase}' 2>/dev/null || true)
-  [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
-  sleep 1
+for job in "${JOBS[@]}"; do
+  for _ in $(seq 600); do
+    phase=$(kubectl -n claims get lbj "$job" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+    [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
+    sleep 1
+  done
+  [[ "$phase" == Succeeded ]] || break
 done
 sleep 1; kill "$watcher" 2>/dev/null || true
+if [[ "$SAMPLE" == claims-cascade ]]; then
+  echo "== 6/6 result"
+  kubectl -n claims get lbj -o wide
+  for job in "${JOBS[@]}"; do
+    kubectl -n claims get lbj "$job" -o jsonpath='{.metadata.name}{": "}{.status.counts}{" cost $"}{.status.usage.costUSD}{" completed "}{.status.completedAt}{"\n"}'
+  done
+  kubectl -n claims get events --field-selector reason=Fed -o custom-columns=REASON:.reason,MESSAGE:.message | head -10
+  echo "demo finished in $(( SECONDS - started ))s with phase $phase"
+  [[ "$phase" == Succeeded ]]
+  exit
+fi
 
 echo "== 6/6 result"
 kubectl -n claims get lbj -o wide

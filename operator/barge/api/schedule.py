@@ -63,6 +63,17 @@ class JobTemplate(Model):
     spec: JobTemplateSpec = Field(description="The LLMBatchJob spec of every run.")
 
 
+STAGE_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class Stage(Model):
+    """One stage of a pipeline: an LLMBatchJob of every run, named <schedule>-<stage>-<minute>. A later stage's
+    `input.fromJob.name` naming an earlier stage is that stage's job of the same run (the same night)."""
+
+    name: str = Field(min_length=1, max_length=20, pattern=STAGE_NAME, description="The stage's name (classify).")
+    job_template: JobTemplate = Field(description="The LLMBatchJob of this stage in every run.")
+
+
 class ScheduleDeadline(Model):
     """Each run's deadline: a local time of day (the first one after the scheduled time) or a duration after it."""
 
@@ -95,6 +106,15 @@ class ScheduleDeadline(Model):
 class LLMBatchScheduleSpec(Model):
     """Desired state of an LLMBatchSchedule. The operator never writes it."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.jobTemplate) != (has(self.stages) && size(self.stages) > 0)",
+                "set exactly one of spec.jobTemplate and spec.stages",
+            )
+        )
+    )
+
     schedule: str = Field(
         min_length=9,
         max_length=256,
@@ -103,7 +123,15 @@ class LLMBatchScheduleSpec(Model):
     time_zone: str = Field(
         "UTC", min_length=1, max_length=64, description="IANA time zone of the schedule, the run date and deadline."
     )
-    job_template: JobTemplate = Field(description="The LLMBatchJob each run is.")
+    job_template: JobTemplate | None = Field(None, description="The LLMBatchJob each run is (or spec.stages).")
+    stages: list[Stage] = Field(
+        default_factory=list,
+        max_length=8,
+        description="A pipeline instead of one jobTemplate: every run creates one LLMBatchJob per stage, each "
+        "named <schedule>-<stage>-<minute>; a stage's input.fromJob.name naming an earlier stage takes that "
+        "stage's results of the same run, as they land. The first stage is the one held; a run is terminal once "
+        "every stage is.",
+    )
     deadline: ScheduleDeadline | None = Field(None, description="Each run's deadline; none when left out.")
     concurrency_policy: ConcurrencyPolicy = Field(
         "Hold",
@@ -116,6 +144,23 @@ class LLMBatchScheduleSpec(Model):
     suspend: bool = Field(False, description="True creates no new runs; runs already created go on.")
     successful_jobs_history_limit: int = Field(3, ge=0, le=100, description="Succeeded runs kept.")
     failed_jobs_history_limit: int = Field(1, ge=0, le=100, description="Failed runs kept.")
+
+    @model_validator(mode="after")
+    def _one_template(self) -> LLMBatchScheduleSpec:
+        if (self.job_template is None) == (not self.stages):
+            raise ValueError("set exactly one of spec.jobTemplate and spec.stages")
+        seen: list[str] = []
+        for stage in self.stages:
+            if stage.name in seen:
+                raise ValueError(f"spec.stages: the name {stage.name!r} is used twice")
+            source = stage.job_template.spec.input.from_job
+            later = [s.name for s in self.stages[len(seen) :]]
+            if source is not None and source.name in later:
+                raise ValueError(
+                    f"spec.stages[{stage.name}]: fromJob {source.name!r} must name an earlier stage (or another job)"
+                )
+            seen.append(stage.name)
+        return self
 
     @field_validator("schedule")
     @classmethod

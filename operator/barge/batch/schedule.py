@@ -201,8 +201,14 @@ def decide(
     now: datetime,
 ) -> Decision:
     """The schedule's next actions at `now` (module docstring); raises ScheduleError for a schedule that cannot run."""
-    if len(name) > MAX_NAME:
-        raise ScheduleError(f"the schedule's name is longer than {MAX_NAME} characters; its runs' names would not fit")
+    longest = max((len(s.name) + 1 for s in spec.stages), default=0)  # a pipeline: <schedule>-<stage>-<minute>
+    if len(name) + longest > MAX_NAME:
+        raise ScheduleError(
+            f"the schedule's name (with its longest stage name) is longer than {MAX_NAME} characters; its runs' "
+            "names would not fit"
+        )
+    if spec.stages:  # the first stage's job is the run: created, held, counted and deleted as one
+        name = f"{name}-{spec.stages[0].name}"
     tz = zone(spec.time_zone)
     by_name = {r.name: r for r in runs}
     newest_run = max((r.scheduled for r in runs), default=None)

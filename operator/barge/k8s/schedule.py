@@ -8,13 +8,17 @@ since the operator never writes a job's spec).
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
-from barge.batch.schedule import Decision, Planned, Run, rfc3339
+from barge.batch.schedule import Decision, Planned, Run, rfc3339, run_name
 from barge.k8s.pool import inherited_labels
 
 SCHEDULE_LABEL = "barge.dev/schedule"
 SCHEDULED_AT = "barge.dev/scheduled-at"
+STAGE_LABEL = "barge.dev/stage"
+"""On each job of a pipeline's run (spec.stages): its stage's name."""
 HELD = "barge.dev/held-by-schedule"
 """Present on a run created while an earlier one was active (concurrencyPolicy Hold): the job stays Queued and
 submits nothing until the schedule removes it. Its value names the schedule."""
@@ -41,10 +45,39 @@ def owner_reference(schedule: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_run(schedule: dict[str, Any], planned: Planned) -> dict[str, Any]:
+def stages(schedule: dict[str, Any]) -> list[str]:
+    """The schedule's stage names in order; [] for a schedule of one jobTemplate."""
+    return [str(s["name"]) for s in schedule["spec"].get("stages") or []]
+
+
+def stage_job_name(schedule: dict[str, Any], stage: str, scheduled: datetime) -> str:
+    return run_name(f"{schedule['metadata']['name']}-{stage}", scheduled)
+
+
+def build_runs(schedule: dict[str, Any], planned: Planned) -> list[dict[str, Any]]:
+    """Every LLMBatchJob of one run: one, or one per stage, each later stage's fromJob naming an earlier stage
+    resolved to that stage's job of the same run; only the first stage is ever held."""
+    names = stages(schedule)
+    if not names:
+        return [build_run(schedule, planned)]
+    jobs = []
+    for n, stage in enumerate(schedule["spec"]["stages"]):
+        spec = copy.deepcopy(stage["jobTemplate"]["spec"])
+        source = (spec.get("input") or {}).get("fromJob")
+        if isinstance(source, dict) and source.get("name") in names:
+            source["name"] = stage_job_name(schedule, str(source["name"]), planned.scheduled)
+        name = stage_job_name(schedule, str(stage["name"]), planned.scheduled)
+        part = replace(planned, name=name, held=planned.held and n == 0)
+        job = build_run(schedule, part, {**stage["jobTemplate"], "spec": spec})
+        job["metadata"]["labels"][STAGE_LABEL] = str(stage["name"])
+        jobs.append(job)
+    return jobs
+
+
+def build_run(schedule: dict[str, Any], planned: Planned, template: dict[str, Any] | None = None) -> dict[str, Any]:
     """The LLMBatchJob of `planned`: the template with `{runDate}` filled in the URLs, runDate and deadline set."""
     meta = schedule["metadata"]
-    template = schedule["spec"]["jobTemplate"]
+    template = template or schedule["spec"]["jobTemplate"]
     tmeta = template.get("metadata") or {}
     spec = copy.deepcopy(template["spec"])
     for section, key in URL_FIELDS:

@@ -22,8 +22,18 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from barge.api.schedule import LLMBatchScheduleSpec
-from barge.batch.schedule import Decision, Run, ScheduleError, decide, parse_time, rfc3339
-from barge.k8s.schedule import HELD, SCHEDULE_LABEL, SCHEDULED_AT, build_run, build_status, owned_by
+from barge.batch.schedule import Decision, Planned, Run, ScheduleError, decide, parse_time, rfc3339
+from barge.k8s.schedule import (
+    HELD,
+    SCHEDULE_LABEL,
+    SCHEDULED_AT,
+    STAGE_LABEL,
+    build_runs,
+    build_status,
+    owned_by,
+    stage_job_name,
+    stages,
+)
 from barge.operator import kstatus
 from barge.operator import status as status_
 from barge.operator.jobs import Context
@@ -47,6 +57,45 @@ def to_run(job: dict[str, Any]) -> Run:
         held=HELD in annotations,
         completed=parse_time(status.get("completedAt")),
     )
+
+
+def pipeline_runs(schedule: dict[str, Any], jobs: list[dict[str, Any]]) -> list[Run]:
+    """A pipeline's runs: each first-stage job, terminal once every stage of its run is (Failed if one failed)."""
+    first = stages(schedule)[0]
+    by_time: dict[str, list[dict[str, Any]]] = {}
+    for job in jobs:
+        by_time.setdefault(str((job["metadata"].get("annotations") or {}).get(SCHEDULED_AT)), []).append(job)
+    runs = []
+    for group in by_time.values():
+        head = [j for j in group if (j["metadata"].get("labels") or {}).get(STAGE_LABEL) == first]
+        if not head:
+            continue  # later stages whose first stage is gone: deleted with it (carry_out)
+        run = to_run(head[0])
+        parts = [to_run(j) for j in group]
+        open_ = [p for p in parts if not p.terminal]
+        if open_:
+            phase = run.phase if not run.terminal else open_[0].phase
+        else:
+            phase = "Failed" if any(p.phase == "Failed" for p in parts) else "Succeeded"
+        done = [p.completed for p in parts if p.completed is not None]
+        runs.append(Run(run.name, run.scheduled, phase, run.held, max(done) if done and not open_ else None))
+    return runs
+
+
+async def ensure_stages(runs_api: Runs, schedule: dict[str, Any], jobs: list[dict[str, Any]], runs: list[Run]) -> None:
+    """Every stage of every active run exists: a pass that stopped between a run's creates finishes them."""
+    have = {j["metadata"]["name"] for j in jobs}
+    heads = {j["metadata"]["name"]: j for j in jobs}
+    for run in runs:
+        head = heads.get(run.name)
+        if run.terminal or head is None:
+            continue
+        spec = head.get("spec") or {}
+        deadline = parse_time(spec.get("deadline"))
+        planned = Planned(run.name, run.scheduled, str(spec.get("runDate") or ""), deadline, False)
+        for manifest in build_runs(schedule, planned)[1:]:
+            if manifest["metadata"]["name"] not in have:
+                await runs_api.create(manifest)
 
 
 class RunRejected(Exception):
@@ -140,12 +189,18 @@ async def carry_out(
         await runs_api.release(name)
         post("RunReleased", f"{name} may start: every earlier run is terminal", "Normal")
     runs = [Run(r.name, r.scheduled, r.phase, False, r.completed) if r.name in decision.release else r for r in runs]
+    scheduled = {r.name: r.scheduled for r in runs}
     for name in decision.delete:
         await runs_api.delete(name)
+        for stage in stages(body)[1:]:  # a pipeline's run: its later stages go with it
+            if name in scheduled:
+                await runs_api.delete(stage_job_name(body, stage, scheduled[name]))
         post("RunDeleted", f"deleted {name}: beyond the history limit", "Normal")
     if decision.create is not None:  # last: a refused run (RunRejected) must not stop releases and deletions
         plan = decision.create
-        made = await runs_api.create(build_run(body, plan))
+        made = False
+        for manifest in build_runs(body, plan):  # one job, or a pipeline's stages (the first is the run)
+            made = await runs_api.create(manifest) or made
         held = " (held until the previous run is terminal)" if plan.held else ""
         deadline = f", deadline {rfc3339(plan.deadline)}" if plan.deadline else ""
         if made:
@@ -180,7 +235,7 @@ async def reconcile(
     now = now or datetime.now(UTC)
     runs_api = Runs(ctx, meta["namespace"])
     jobs = await runs_api.list(meta["name"], meta["uid"])
-    runs = [to_run(j) for j in jobs]
+    runs = pipeline_runs(plain, jobs) if stages(plain) else [to_run(j) for j in jobs]
     dates = {j["metadata"]["name"]: str((j.get("spec") or {}).get("runDate") or "") for j in jobs}
     created = parse_time(meta.get("creationTimestamp")) or now
     considered = parse_time(old.get("lastConsideredTime"))
@@ -201,6 +256,8 @@ async def reconcile(
         retry = rfc3339(decision.create.scheduled - timedelta(seconds=1))
         new = {**stalled, "nextScheduleTime": next_time, "lastConsideredTime": retry}
         return await _write(ctx, meta, old, new), decision.next_time
+    if stages(plain):
+        await ensure_stages(runs_api, plain, jobs, runs)
     new = build_status(decision, runs, old, {**dates, **new_dates})
     new["observedGeneration"] = generation
     new["conditions"] = status_.merge_conditions(
