@@ -56,6 +56,9 @@ def test_files_list_drops_deleted_files(emulator: EmulatorThread) -> None:
     ids = _upload(c, 3)
     c.files.delete(ids[1])
     assert [f.id for f in c.files.list(order="asc")] == [ids[0], ids[2]]
+    later = _upload(c, 1)  # a new id, never a deleted one's nor one still listed (it overwrote the last file before)
+    assert later[0] not in ids
+    assert [f.id for f in c.files.list(order="asc")] == [ids[0], ids[2], later[0]]
 
 
 @pytest.mark.parametrize(

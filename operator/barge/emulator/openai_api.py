@@ -75,7 +75,7 @@ async def upload_file(request: web.Request) -> web.Response:
         return error(400, "file: field required", param="file")
     if fields.get("purpose") != "batch":
         return error(400, "purpose: the emulator accepts purpose=batch only", param="purpose")
-    file_id = f"file-{len(store.files) + 1:06d}in"
+    file_id = f"file-{len(store.files) + len(store.deleted_files) + 1:06d}in"  # grows with every file: never reused
     store.files[file_id] = {
         "kind": "input",
         "data": fields["file"],

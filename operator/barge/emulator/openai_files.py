@@ -14,6 +14,8 @@ from barge.emulator.openai_shapes import batch_json, error, file_json, store_of
 
 MAX_LIMIT = 10_000
 ORDERS = ("asc", "desc")
+#: OpenAI's and Azure's file ids; the store also holds other providers' files (Mistral's `mf-`), never listed here.
+OPENAI_FILE = "file-"
 
 
 async def list_files(request: web.Request) -> web.Response:
@@ -30,13 +32,13 @@ async def list_files(request: web.Request) -> web.Response:
         return error(400, f"order must be one of {', '.join(ORDERS)}, not {order!r}", param="order")
     now = store.clock()
     for batch in list(store.batches.values()):  # an ended batch's output and error files exist from its end on
-        if batch.provider != "anthropic" and not batch.archived and batch.ended(now):
+        if batch.provider in ("openai", "azure") and not batch.archived and batch.ended(now):
             batch_json(store, batch, now)
     purpose = query.get("purpose")
     rows = [
         (meta["created_at"], n, file_id, meta)
         for n, (file_id, meta) in enumerate(store.files.items())
-        if purpose is None or file_json(file_id, meta)["purpose"] == purpose
+        if file_id.startswith(OPENAI_FILE) and (purpose is None or file_json(file_id, meta)["purpose"] == purpose)
     ]
     rows.sort(key=lambda row: (row[0], row[1]), reverse=order == "desc")
     ids = [row[2] for row in rows]
