@@ -105,3 +105,24 @@ def test_plan_suggests_the_per_job_price_beside_the_price_table(tmp_path: Path, 
     assert "spec.budget.price" in text
     assert "BARGE_PRICES" in text
     assert "not admitted" in text
+
+
+def test_run_without_an_api_key_or_on_a_pool_says_what_is_missing(tmp_path: Path, emu: EmulatorThread) -> None:
+    """Operator-less runs have no Secret and no pool: each is an exit naming what to do (these held before)."""
+    path = job(tmp_path, emu.url)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    no_key = subprocess.run(
+        [sys.executable, "-m", "barge.cli", "run", path],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert no_key.returncode != 0
+    assert "BARGE_API_KEY" in no_key.stderr
+    assert "OPENAI_API_KEY" in no_key.stderr
+    pooled = job(tmp_path, emu.url, provider={"type": "pool", "poolRef": {"name": "gpu"}})
+    on_pool = barge("run", pooled, cwd=tmp_path)
+    assert on_pool.returncode != 0
+    assert "needs the operator" in on_pool.stderr

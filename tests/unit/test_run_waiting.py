@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from barge.batch.render import PlanError
-from barge.cli import waiting
+from barge.batch.snapshot import Snapshot
+from barge.cli import local, waiting
 from barge.policy import Refused
 
 
@@ -40,3 +41,13 @@ def test_refusals_raised_by_a_step_name_their_rule() -> None:
     conds = waiting.admitted_false(admitted("Planning", "reading"), waiting.Blocked("ItemLimit", "over"))
     assert conds == admitted("ItemLimit", "over")
     assert waiting.admitted_false([], waiting.Blocked("X", "y")) == admitted("X", "y")
+
+
+def test_each_progress_line_names_what_the_job_waits_for() -> None:
+    counts = dict.fromkeys(("total", "succeeded", "refused", "submitted", "pending", "invalid", "failed"), 0)
+    snap = Snapshot("Pending", counts, {"costUSD": "0"}, [], admitted("Planning", "reading the input"), "")
+    assert local._progress_line(snap).endswith("(waiting: Planning: reading the input)")
+    assert not local._stops(snap)
+    snap.conditions = admitted("PriceMissing", "no price")
+    assert "waiting" not in local._progress_line(snap)
+    assert local._stops(snap)
