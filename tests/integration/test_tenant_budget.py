@@ -14,7 +14,7 @@ import pytest
 from barge import budget_policy
 from barge.batch import prices, tenant_budget
 from barge.batch.runner import JobRunner
-from barge.ledger import Ledger, spend
+from barge.ledger import ItemUpdate, Ledger, spend
 from barge.policy import Refused
 from tests.conftest import Factory, state
 from tests.integration.test_engine import FAST, provider_for, run_to_end
@@ -107,6 +107,32 @@ async def test_sync_fallback_stops_at_the_tenant_budget(start_emulator: Factory,
     assert len(failures) == 20
     assert {f["error_type"] for f in failures} == {"tenant_budget_exceeded"}
     assert any(r == "TenantBudgetExceeded" and "20 items not sent synchronously" in m for r, m in events)
+
+
+def test_spend_rows_follow_the_writes_that_record_usage(ledger_url: str) -> None:
+    """On SQLite and PostgreSQL: a batch chunk's usage lands in its batch and in the job's spend row in one
+    transaction, a sync page's in the sync row; the provider is the batch's, else the job's."""
+    ledger = Ledger(ledger_url)
+    ledger.ensure_job("ns/j/1", "h", "t", MODEL, provider="anthropic")
+    ledger.record_batch("ns/j/1", "s1", "b1", "anthropic", 1, 2, "in_progress", 0.0)
+    ledger.apply(
+        "ns/j/1",
+        [
+            ItemUpdate("c1", "succeeded", via="batch", output="x", usage=(100, 10, 5, 1)),
+            ItemUpdate("c2", "succeeded", via="batch", output="y", usage=(200, 20, 0, 0)),
+        ],
+        batch_id="b1",
+    )
+    ledger.apply("ns/j/1", [ItemUpdate("c3", "succeeded", via="sync", output="z", usage=(7, 3, 0, 0))])
+    ledger.apply("ns/j/1", [ItemUpdate("c4", "failed", "overloaded", "no answer")])  # no usage: no row
+    rows = {(r.via, r.provider, r.requests, r.usage) for r in spend.rows_between(ledger, 0, 2**40)}
+    assert rows == {("batch", "anthropic", 2, (300, 30, 5, 1)), ("sync", "anthropic", 1, (7, 3, 0, 0))}
+    batch, _ = ledger.usage("ns/j/1")
+    assert batch == (300, 30, 5, 1)
+    assert spend.tenant_usage(ledger, "t", 0, 2**40) == [
+        (MODEL, "batch", 2, (300, 30, 5, 1)),
+        (MODEL, "sync", 1, (7, 3, 0, 0)),
+    ]
 
 
 def test_only_the_policy_calendar_month_counts(tmp_path: Path) -> None:
