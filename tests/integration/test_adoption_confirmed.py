@@ -73,7 +73,9 @@ async def test_a_lone_same_sized_batch_of_another_ledger_is_not_taken_nor_delete
 ) -> None:
     """Probe A.20 with the SDK: team B's batch (its own ledger, the same default custom ids) is the only one of
     that size in team A's window when A restarts after dying between its intent and its create."""
-    emu = start_emulator({"batch": {"processingSeconds": 1.0}})
+    # B's batch must still run when A restarts (the case under test): 1 s was too short on a loaded machine,
+    # where A's first step came after B's batch had ended (then it is confirmed by its results and adopted)
+    emu = start_emulator({"batch": {"processingSeconds": 15.0}})
     ids = [str(i) for i in range(1, 11)]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
