@@ -368,7 +368,7 @@ class JobRunner:
                     self.job.spec.retry.max_attempts,
                     self._write_part,
                     self.clock,
-                    check=None if self.checker is None else self.checker.parsed,
+                    check=None if self.checker is None else self.checker.page,
                 )
                 self.admission.batch_ended(  # after ingestion: the quota it held is free in the ledger now
                     bool(info.errors) and str(info.errors[0].get("code")) == admission_queue.TOKEN_LIMIT
