@@ -10,11 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from barge.api.batchjob import FromJobSpec, InputSpec
+from barge.batch.outputs import write_outputs
 from barge.cascade.feed import taken, wave
 from barge.cascade.lines import inline_lines
 from barge.cascade.select import SelectError, Selector, activation, parsed_output
 from barge.cascade.source import Upstream, final_results
 from barge.ledger import ItemUpdate, Ledger
+from barge.providers.content import pack
 from barge.storage import StoragePolicy
 
 COMPLEX = "status == 'succeeded' && output_json.complex == true"
@@ -147,3 +149,36 @@ def test_dropped_outputs_are_read_from_results_jsonl_once_the_upstream_ended(tmp
     )
     got = list(final_results(ledger, up, {1}))
     assert [(r["line"], r["output"]) for r in got] == [(2, "text 2")]
+
+
+def test_packed_outputs_give_their_text_and_tool_calls_to_select(tmp_path: Path) -> None:
+    ledger = Ledger(str(tmp_path / "l.db"))
+    up = _upstream(tmp_path, ledger, 1)
+    call = [{"type": "function", "function": {"name": "route", "arguments": '{"complex": true}'}}]
+    ledger.apply("ns/up/u1", [ItemUpdate("cls-c1", "succeeded", output=pack("", {"tool_calls": call}), attempts=1)])
+    s = selector("size(tool_calls) == 1 && tool_calls[0].function.name == 'route'", args="tool_calls[0].function")
+    found = wave(ledger, "ns/down/u2", up, s, "id")
+    assert [json.loads(raw) for _, raw in found.chosen] == [{"args": call[0]["function"], "id": "c1"}]
+
+
+def test_output_json_of_a_structured_upstream_is_read_back_from_its_results_jsonl(tmp_path: Path) -> None:
+    """The upstream ended and dropped its outputs: results.jsonl, as outputs.write_outputs writes it for a job
+    with spec.request.responseFormat (output_json beside output), is what select reads."""
+    ledger = Ledger(str(tmp_path / "l.db"))
+    up = _upstream(tmp_path, ledger, 3, terminal=True)
+    answers = [{"complex": True, "category": "fire"}, {"complex": False, "category": "glass"}, {"complex": True}]
+    ledger.apply(
+        "ns/up/u1",
+        [ItemUpdate(f"cls-c{i}", "succeeded", output=json.dumps(a), attempts=1) for i, a in enumerate(answers, 1)],
+    )
+    write_outputs(ledger, "ns/up/u1", up.output_url, StoragePolicy(), structured=True)
+    written = [json.loads(x) for x in (Path(up.output_url) / "results.jsonl").read_text().splitlines()]
+    assert [r["output_json"] for r in written] == answers
+    ledger.apply("ns/up/u1", [ItemUpdate(f"cls-c{i}", "succeeded", attempts=1) for i in (1, 2, 3)])  # texts dropped
+    assert {row[1] for row in ledger.iter_items("ns/up/u1", "output", ("succeeded",))} == {None}
+    s = selector(COMPLEX, category="has(output_json.category) ? output_json.category : 'unknown'")
+    found = wave(ledger, "ns/down/u2", up, s, "id")
+    assert [json.loads(raw) for _, raw in found.chosen] == [
+        {"category": "fire", "id": "c1"},
+        {"category": "unknown", "id": "c3"},
+    ]

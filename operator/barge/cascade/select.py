@@ -13,6 +13,7 @@ The line CEL sees (every name always bound, so a missing field is a null, not an
 | `usage`       | input_tokens, output_tokens                                           |
 | `line`        | the upstream input line number                                        |
 | `input`       | the upstream item's own fields (a map)                                |
+| `tool_calls`, `content`, `stop_reason`, `finish_reason` | kept parts of the answer (null when none) |
 
 An evaluation error, or a select that is not a bool, is that item's `invalid` reason; never a stalled job.
 """
@@ -30,8 +31,9 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 from barge.api.batchjob import FromJobSpec
+from barge.providers.content import KEYS as KEPT
 
-NAMES = ("id", "custom_id", "status", "output", "output_json", "usage", "line", "input")
+NAMES = ("id", "custom_id", "status", "output", "output_json", "usage", "line", "input", *KEPT)
 REASON_CHARS = 300
 
 
@@ -88,6 +90,7 @@ def activation(result: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str
         "usage": dict(result.get("usage") or {}),
         "line": result.get("line"),
         "input": dict(fields),
+        **{key: result.get(key) for key in KEPT},
     }
     return {name: json_to_cel(value) for name, value in line.items()}
 

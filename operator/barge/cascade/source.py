@@ -4,7 +4,8 @@ An upstream item is final once succeeded, refused or failed; its row then holds 
 ends and drops its texts (spec.retention.keepOutputsFor), by which time results.jsonl holds them. So a final row
 with its output is read from the ledger; one whose output was dropped is read from the upstream's results.jsonl,
 once the upstream is terminal (it is written before the texts are dropped). Rows come in line order, a page at a
-time; `skip` (lines the downstream has already taken) is checked before any text is kept.
+time; `skip` (lines the downstream has already taken) is checked before any text is kept. An output stored packed
+(tool calls, content blocks: providers/content.py) is read as its text, with its kept keys beside it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import orjson
 
 from barge.ledger import Ledger
+from barge.providers.content import unpack
 from barge.storage import StoragePolicy, join, read_lines
 
 FINAL = ("succeeded", "refused", "failed")
@@ -50,11 +52,13 @@ def final_results(ledger: Ledger, up: Upstream, skip: Container[int]) -> Iterato
         if state != "failed" and output is None:
             dropped[cid] = (line, item_id)
             continue
+        text, kept = unpack(output or "")  # an answer with tool calls or blocks is stored packed
         yield {
+            **kept,
             "id": item_id,
             "custom_id": cid,
             "status": state,
-            "output": output or "",
+            "output": text,
             "usage": {"input_tokens": tin, "output_tokens": tout},
             "line": line,
             "reason": reason or "",
