@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -65,13 +67,6 @@ class OperatorConfig:
     admission_backoff_seconds: float = 60.0
     """First wait after a token_limit_exceeded answer, doubled with each one in a row up to 30 min
     (BARGE_ADMISSION_BACKOFF_SECONDS)."""
-    focus_export_url: str = ""
-    """Where the daily FOCUS 1.2 cost file goes (BARGE_FOCUS_EXPORT_URL, the chart's reports.focus.url): a folder
-    URL (file://, s3://, az://) that gets focus-1.2-YYYY-MM-DD.csv for each UTC day; empty: no export."""
-    focus_export_seconds: float = 86400.0
-    """Seconds between exports (BARGE_FOCUS_EXPORT_SECONDS); each writes the previous UTC day's file whole."""
-    focus_export_period: str = "hour"
-    """Charge period of the exported rows, hour or day (BARGE_FOCUS_EXPORT_PERIOD)."""
     planner_memory_mb: int = 256
     """Address space of each job's planner process, which renders the templates (BARGE_PLANNER_MEMORY_MB)."""
     operator_reserve_mb: int = 384
@@ -111,6 +106,12 @@ class OperatorConfig:
     hostNetwork with dnsPolicy ClusterFirstWithHostNet, for clusters with no Pod network (single-node labs, edge).
     An engine pod then listens on the node at its spec.engine.port; a worker declares no port and serves its
     metrics on one the kernel picks (replicas on one node would otherwise collide on one host port)."""
+    worker_volumes: tuple[dict[str, Any], ...] = ()
+    """Volumes the admin adds to every queue-worker pod (BARGE_WORKER_VOLUMES, JSON {"volumes": [...],
+    "volumeMounts": [...]}, the chart's operator.workerVolumes / workerVolumeMounts): e.g. the volume behind a
+    file:// storage prefix, so that workers can write their results there (their root filesystem is read-only)."""
+    worker_volume_mounts: tuple[dict[str, Any], ...] = ()
+    """Their mounts in the worker container (BARGE_WORKER_VOLUMES' volumeMounts)."""
     policy: Policy = field(default_factory=Policy)
     """What tenants may do (BARGE_POLICY_FILE, a YAML document the chart mounts; BARGE_ALLOWED_FILE_ROOTS are
     added to its storage prefixes). Without a file: no storage URL, no endpoint beyond the providers' own."""
@@ -133,13 +134,11 @@ class OperatorConfig:
                 env.get("BARGE_ADMISSION_BACKOFF_SECONDS", cls.admission_backoff_seconds)
             ),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
-            "focus_export_url": env.get("BARGE_FOCUS_EXPORT_URL", cls.focus_export_url),
-            "focus_export_seconds": float(env.get("BARGE_FOCUS_EXPORT_SECONDS", cls.focus_export_seconds)),
-            "focus_export_period": env.get("BARGE_FOCUS_EXPORT_PERIOD", cls.focus_export_period),
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
             "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
             "pod_host_network": _flag(env.get("BARGE_POD_HOST_NETWORK", "")),
+            **_worker_volumes(env.get("BARGE_WORKER_VOLUMES", "")),
             "peering_priority": peering_priority(env.get("BARGE_PEERING_PRIORITY", str(cls.peering_priority))),
             "peering_lifetime": int(env.get("BARGE_PEERING_LIFETIME", cls.peering_lifetime)),
             "ledger_purge_seconds": float(env.get("BARGE_LEDGER_PURGE_SECONDS", cls.ledger_purge_seconds)),
@@ -167,9 +166,20 @@ class OperatorConfig:
             raise ValueError("output expiry must be 14..30 days (what Azure accepts; OpenAI accepts it too)")
         if config.peering_lifetime < 2:
             raise ValueError("peering lifetime must be at least 2 seconds")
-        if config.focus_export_period not in ("hour", "day") or config.focus_export_seconds <= 0:
-            raise ValueError("FOCUS export: the period must be hour or day and the interval positive")
         return config
+
+
+def _worker_volumes(text: str) -> dict[str, tuple[dict[str, Any], ...]]:
+    """BARGE_WORKER_VOLUMES: a JSON object {"volumes": [Volume...], "volumeMounts": [VolumeMount...]}; a broken
+    one stops the operator at start-up."""
+    data = json.loads(text) if text.strip() else {}
+    if not isinstance(data, dict) or set(data) - {"volumes", "volumeMounts"}:
+        raise ValueError('BARGE_WORKER_VOLUMES must be a JSON object with "volumes" and "volumeMounts"')
+    lists = {key: data.get(key) or [] for key in ("volumes", "volumeMounts")}
+    for key, items in lists.items():
+        if not isinstance(items, list) or not all(isinstance(i, dict) and i.get("name") for i in items):
+            raise ValueError(f"BARGE_WORKER_VOLUMES {key} must be a list of objects with a name")
+    return {"worker_volumes": tuple(lists["volumes"]), "worker_volume_mounts": tuple(lists["volumeMounts"])}
 
 
 def _flag(text: str) -> bool:

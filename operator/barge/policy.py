@@ -113,6 +113,9 @@ class Policy:
     """Image patterns (fnmatch) an InferencePool engine may run."""
     extra_flags: tuple[str, ...] = ()
     """Engine flags (`--name`) allowed in spec.engine.args.extra; none by default."""
+    commands: tuple[tuple[str, ...], ...] = ()
+    """Engine commands (spec.engine.command, each compared whole) a pool may run instead of its image's entrypoint;
+    none by default (policy pools.commands)."""
     placement: pool_placement.Placement = pool_placement.DEFAULT
     """Node selectors and tolerations a pool may use (pools.nodeSelectors, pools.tolerations; pool_placement.py)."""
     max_payload_bytes: int = 10 * 1024 * 1024
@@ -365,6 +368,14 @@ def check_extra_flags(policy: Policy, flags: Iterable[str]) -> None:
             raise Refused("ImagePolicy", f"engine flag {name!r} is not allowed (allowed: {allowed})")
 
 
+def check_command(policy: Policy, command: Iterable[str]) -> None:
+    """spec.engine.command: empty (the image's entrypoint), or exactly one of pools.commands."""
+    wanted = tuple(command)
+    if wanted and wanted not in policy.commands:
+        allowed = "; ".join(" ".join(c) for c in policy.commands) or "none"
+        raise Refused("ImagePolicy", f"engine command {' '.join(wanted)!r} is not allowed (allowed: {allowed})")
+
+
 def check_placement(policy: Policy, node_selector: Mapping[str, str], tolerations: Iterable[Mapping[str, Any]]) -> None:
     """A pool's nodeSelector and extra tolerations against pools.nodeSelectors / pools.tolerations."""
     why = pool_placement.refusal(policy.placement, node_selector, tolerations)
@@ -379,6 +390,14 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"policy {where} must be a list of strings")
     return tuple(value)
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"policy {where} must be a list")
+    return value
 
 
 def _prefix(text: str, where: str) -> str:
@@ -440,6 +459,7 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         endpoints=tuple(allow),
         images=_strings(pools.get("images"), "pools.images") or DEFAULT_IMAGES,
         extra_flags=_strings(pools.get("extraFlags"), "pools.extraFlags"),
+        commands=tuple(_strings(c, "pools.commands[]") for c in _list(pools.get("commands"), "pools.commands")),
         placement=pool_placement.parse(pools),
         max_payload_bytes=int(workers.get("maxPayloadBytes", Policy.max_payload_bytes)),
         admission=admission_policy.parse(data.get("admission")),

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,103 @@ def free_port() -> int:
 
 def run(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, check=True, capture_output=True, text=True, **kwargs)
+
+
+IMAGE = "localhost/barge:dev"
+OPERATOR_NAMESPACE = "barge-system"
+
+
+def apply(cluster: localcluster.Cluster, *objects: dict[str, Any]) -> None:
+    cluster.run_kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def helm(cluster: localcluster.Cluster, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    binary = localcluster.build(argocd=False)["helm"]
+    done = subprocess.run(
+        [str(binary), *args], env=cluster.env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"helm {args[0]}: {done.stderr}"
+    return done
+
+
+def emulator_pod(name: str, namespace: str, port: int, profile: str) -> list[dict[str, Any]]:
+    """A Pod of Barge's image running `barge emulator` on 127.0.0.1:`port` with `profile` (YAML text, from a
+    ConfigMap), as UID 10001 on a read-only root filesystem, Ready when it answers; and that ConfigMap."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-profile", "namespace": namespace},
+            "data": {"p.yaml": profile},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+            "spec": {
+                "hostNetwork": True,
+                "dnsPolicy": "ClusterFirstWithHostNet",
+                "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
+                "containers": [
+                    {
+                        "name": "emulator",
+                        "image": IMAGE,
+                        "imagePullPolicy": "Never",
+                        "args": ["emulator", "--host", "127.0.0.1", "--port", str(port), "--profile", "/p/p.yaml"],
+                        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+                        "readinessProbe": {
+                            "httpGet": {"host": "127.0.0.1", "port": port, "path": "/_emulator/state"},
+                            "periodSeconds": 1,
+                        },
+                        "volumeMounts": [{"name": "profile", "mountPath": "/p"}],
+                    }
+                ],
+                "volumes": [{"name": "profile", "configMap": {"name": f"{name}-profile"}}],
+            },
+        },
+    ]
+
+
+def emulator_state(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_emulator/state", timeout=10) as answer:
+        return json.loads(answer.read())  # type: ignore[no-any-return]
+
+
+def tenant_namespace(name: str, tenant: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"barge.dev/tenant": tenant}}}
+
+
+def credential(namespace: str, name: str, value: str = "node-test-key-not-a-real-one") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"barge.dev/credential": "true"}},
+        "stringData": {"api-key": value},
+    }
+
+
+def chart_values(
+    cluster: localcluster.Cluster, metrics_port: int, env: dict[str, str] | None = None, **more: Any
+) -> dict[str, Any]:
+    """The chart's values on this node (README, "Run it on a real node locally"): the imported image, the host's
+    network, the API server at 127.0.0.1, `env` added; `more` merged over them (one level deep)."""
+    values: dict[str, Any] = {
+        "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": "dev", "pullPolicy": "Never"},
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "extraEnv": [
+            {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": cluster.server.rsplit(":", 1)[1]},
+            *({"name": k, "value": v} for k, v in (env or {}).items()),
+        ],
+        "metrics": {"port": metrics_port},
+    }
+    for key, value in more.items():
+        values[key] = {**values[key], **value} if isinstance(value, dict) and key in values else value
+    return values
+
+
+def operator_pods(cluster: localcluster.Cluster, release: str = "barge") -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/name=barge,app.kubernetes.io/instance={release}"
+    pods = get_json(cluster, "-n", OPERATOR_NAMESPACE, "pods", "-l", selector)["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]

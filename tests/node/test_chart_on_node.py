@@ -24,7 +24,20 @@ import yaml
 from tools import localcluster
 
 from tests.conftest import REPO
-from tests.node.conftest import free_port, get_json, pod_ready, wait_for
+from tests.node.conftest import (
+    apply,
+    chart_values,
+    credential,
+    emulator_pod,
+    emulator_state,
+    free_port,
+    get_json,
+    helm,
+    operator_pods,
+    pod_ready,
+    tenant_namespace,
+    wait_for,
+)
 
 NAMESPACE = "barge-system"
 TENANT_NS = "claims"
@@ -35,66 +48,6 @@ NO_FAULTS_BUT_ONE_LOST_CREATE = "seed: 7\nbatch:\n  processingSeconds: 6\n  crea
 # the synchronous fallback (their batch never ends before the deadline).
 BIG_RESULTS = "batch: {processingSeconds: 2, replyChars: 4080, replyRepeat: true}\nsync: {latencyMs: 1}\n"
 NEVER_ENDS = "batch: {processingSeconds: 86400}\nsync: {latencyMs: 5}\n"
-
-
-def _helm(node: localcluster.Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    helm = localcluster.build(argocd=False)["helm"]
-    done = subprocess.run([str(helm), *args], env=node.env(), capture_output=True, text=True, timeout=400, check=False)
-    assert done.returncode == 0, f"helm {args[0]}: {done.stderr}"
-    return done
-
-
-def _apply(node: localcluster.Cluster, *objects: dict[str, Any]) -> None:
-    node.run_kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-
-
-def _emulator_pod(name: str, port: int, profile: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": f"{name}-profile", "namespace": TENANT_NS},
-            "data": {"profile.yaml": profile},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": TENANT_NS, "labels": {"app": name}},
-            "spec": {
-                "hostNetwork": True,
-                "dnsPolicy": "ClusterFirstWithHostNet",
-                "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
-                "containers": [
-                    {
-                        "name": "emulator",
-                        "image": "localhost/barge:dev",
-                        "imagePullPolicy": "Never",
-                        "args": [
-                            "emulator",
-                            "--host",
-                            "127.0.0.1",
-                            "--port",
-                            str(port),
-                            "--profile",
-                            "/p/profile.yaml",
-                        ],
-                        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
-                        "readinessProbe": {
-                            "httpGet": {"host": "127.0.0.1", "port": port, "path": "/_emulator/state"},
-                            "periodSeconds": 1,
-                        },
-                        "volumeMounts": [{"name": "profile", "mountPath": "/p"}],
-                    }
-                ],
-                "volumes": [{"name": "profile", "configMap": {"name": f"{name}-profile"}}],
-            },
-        },
-    ]
-
-
-def _emulator_state(port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_emulator/state", timeout=10) as answer:
-        return json.loads(answer.read())  # type: ignore[no-any-return]
 
 
 def _job(name: str, port: int, data: Path) -> dict[str, Any]:
@@ -112,11 +65,6 @@ def _phase(node: localcluster.Cluster, name: str) -> str:
     return str(job.get("status", {}).get("phase", ""))
 
 
-def _operator_pods(node: localcluster.Cluster) -> list[dict[str, Any]]:
-    pods = get_json(node, "-n", NAMESPACE, "pods", "-l", "app.kubernetes.io/name=barge")["items"]
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
 @pytest.fixture(scope="module")
 def installed(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("claims-data")
@@ -126,49 +74,34 @@ def installed(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFacto
          "--out", str(data / "claims.jsonl")],
         check=True, capture_output=True,
     )  # fmt: skip
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT_NS}}
-    namespace["metadata"]["labels"] = {"barge.dev/tenant": "claims-team"}  # type: ignore[index]
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "anthropic", "namespace": TENANT_NS, "labels": {"barge.dev/credential": "true"}},
-        "stringData": {"api-key": "node-test-key-not-a-real-one"},
-    }
     faults = (REPO / "examples" / "claims" / "emulator-faults.yaml").read_text()
     ports = {"faults": free_port(), "clean": free_port(), "big": free_port(), "slow": free_port()}
-    _apply(
+    apply(
         node,
-        namespace,
-        secret,
-        *_emulator_pod("emulator", ports["faults"], faults),
-        *_emulator_pod("emulator-clean", ports["clean"], NO_FAULTS_BUT_ONE_LOST_CREATE),
-        *_emulator_pod("emulator-big", ports["big"], BIG_RESULTS),
-        *_emulator_pod("emulator-slow", ports["slow"], NEVER_ENDS),
+        tenant_namespace(TENANT_NS, "claims-team"),
+        credential(TENANT_NS, "anthropic"),
+        *emulator_pod("emulator", TENANT_NS, ports["faults"], faults),
+        *emulator_pod("emulator-clean", TENANT_NS, ports["clean"], NO_FAULTS_BUT_ONE_LOST_CREATE),
+        *emulator_pod("emulator-big", TENANT_NS, ports["big"], BIG_RESULTS),
+        *emulator_pod("emulator-slow", TENANT_NS, ports["slow"], NEVER_ENDS),
     )
     metrics_port = free_port()
-    api_port = node.server.rsplit(":", 1)[1]
     policy = {
         "storage": {"prefixes": [f"file://{data}/"]},
         "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}]},
     }
-    values = {
-        "image": {"repository": "localhost/barge", "tag": "dev", "pullPolicy": "Never"},
-        "hostNetwork": True,
-        "dnsPolicy": "ClusterFirstWithHostNet",
-        "extraEnv": [
-            {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-            {"name": "KUBERNETES_SERVICE_PORT", "value": api_port},
-            {"name": "BARGE_MIN_BATCH_WINDOW", "value": "60"},
-        ],
-        "extraVolumes": [{"name": "claims", "hostPath": {"path": str(data), "type": "Directory"}}],
-        "extraVolumeMounts": [{"name": "claims", "mountPath": str(data)}],
-        "metrics": {"port": metrics_port},
-        "operator": {"pollSeconds": 2, "policy": yaml.safe_dump(policy)},
-    }
+    values = chart_values(
+        node,
+        metrics_port,
+        {"BARGE_MIN_BATCH_WINDOW": "60"},
+        extraVolumes=[{"name": "claims", "hostPath": {"path": str(data), "type": "Directory"}}],
+        extraVolumeMounts=[{"name": "claims", "mountPath": str(data)}],
+        operator={"pollSeconds": 2, "policy": yaml.safe_dump(policy)},
+    )
     values_file = data.parent / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     started = time.monotonic()
-    _helm(node, "upgrade", "--install", RELEASE, str(REPO / "charts" / "barge"), "-n", NAMESPACE, "--create-namespace",
+    helm(node, "upgrade", "--install", RELEASE, str(REPO / "charts" / "barge"), "-n", NAMESPACE, "--create-namespace",
           "-f", str(values_file), "--wait", "--timeout", "5m")  # fmt: skip
     ready_after = time.monotonic() - started
     for name in ("emulator", "emulator-clean", "emulator-big", "emulator-slow"):
@@ -179,7 +112,7 @@ def installed(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFacto
 def test_the_operator_pod_is_ready_as_uid_10001_read_only(
     node: localcluster.Cluster, installed: dict[str, Any]
 ) -> None:
-    (pod,) = wait_for("one Ready operator Pod", lambda: [p for p in _operator_pods(node) if pod_ready(p)])
+    (pod,) = wait_for("one Ready operator Pod", lambda: [p for p in operator_pods(node) if pod_ready(p)])
     print(f"helm install --wait: operator Pod Ready in {installed['ready_after']:.1f}s")
     name = pod["metadata"]["name"]
     assert pod["spec"]["hostNetwork"] is True
@@ -195,13 +128,13 @@ def test_the_operator_pod_is_ready_as_uid_10001_read_only(
 def test_the_claims_sample_succeeds_against_an_emulator_pod(
     node: localcluster.Cluster, installed: dict[str, Any]
 ) -> None:
-    _apply(node, _job("claims-nightly", installed["ports"]["faults"], installed["data"]))
+    apply(node, _job("claims-nightly", installed["ports"]["faults"], installed["data"]))
     wait_for("claims-nightly terminal", lambda: _phase(node, "claims-nightly") in {"Succeeded", "Failed"}, 600, 2)
     job = get_json(node, "-n", TENANT_NS, "lbj", "claims-nightly")
     assert job["status"]["phase"] == "Succeeded", job["status"]
     results = installed["data"] / "claims-nightly" / "results.jsonl"
     assert len(results.read_text().splitlines()) >= int(CLAIMS * 0.99)
-    (pod,) = _operator_pods(node)
+    (pod,) = operator_pods(node)
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
 
 
@@ -209,19 +142,19 @@ def test_a_force_deleted_operator_pod_is_replaced_and_resumes_from_the_ledger(
     node: localcluster.Cluster, installed: dict[str, Any]
 ) -> None:
     port = installed["ports"]["clean"]
-    _apply(node, _job("claims-resumed", port, installed["data"]))
-    wait_for("a batch created", lambda: _emulator_state(port)["batches"], 180, 0.5)
-    (old,) = _operator_pods(node)
+    apply(node, _job("claims-resumed", port, installed["data"]))
+    wait_for("a batch created", lambda: emulator_state(port)["batches"], 180, 0.5)
+    (old,) = operator_pods(node)
     node.run_kubectl("-n", NAMESPACE, "delete", "pod", old["metadata"]["name"], "--grace-period=0", "--force")
     new = wait_for(
         "a new Ready operator Pod",
-        lambda: [p for p in _operator_pods(node) if pod_ready(p) and p["metadata"]["uid"] != old["metadata"]["uid"]],
+        lambda: [p for p in operator_pods(node) if pod_ready(p) and p["metadata"]["uid"] != old["metadata"]["uid"]],
     )[0]
     assert new["metadata"]["name"] != old["metadata"]["name"]
     wait_for("claims-resumed terminal", lambda: _phase(node, "claims-resumed") in {"Succeeded", "Failed"}, 600, 2)
     job = get_json(node, "-n", TENANT_NS, "lbj", "claims-resumed")
     assert job["status"]["phase"] == "Succeeded", job["status"]
-    state = _emulator_state(port)
+    state = emulator_state(port)
     ids = [custom_id for batch in state["batches"] for custom_id in batch["custom_ids"]]
     assert len(ids) == len(set(ids)) == CLAIMS  # every claim sent once: one batch per shard, nothing paid twice
     assert state["sync_requests"] == 0
@@ -262,12 +195,12 @@ def test_a_100k_result_batch_and_a_large_fallback_fit_the_default_memory_limit(
     slow["spec"]["input"]["url"] = f"file://{data}/prompts-50k.jsonl"
     slow["spec"]["budget"] = {"maxCostUSD": "500"}
     slow["spec"]["deadline"] = (datetime.now(UTC) + timedelta(seconds=150)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    (before,) = _operator_pods(node)
-    _apply(node, big)
+    (before,) = operator_pods(node)
+    apply(node, big)
     wait_for("claims-100k terminal", lambda: _phase(node, "claims-100k") in {"Succeeded", "Failed"}, 1500, 5)
-    _apply(node, slow)
+    apply(node, slow)
     wait_for("prompts-fallback terminal", lambda: _phase(node, "prompts-fallback") in {"Succeeded", "Failed"}, 900, 5)
-    (pod,) = _operator_pods(node)
+    (pod,) = operator_pods(node)
     assert pod["metadata"]["uid"] == before["metadata"]["uid"]
     status = pod["status"]["containerStatuses"][0]
     assert status["restartCount"] == 0, status.get("lastState")
@@ -277,7 +210,7 @@ def test_a_100k_result_batch_and_a_large_fallback_fit_the_default_memory_limit(
         assert len((data / name / "results.jsonl").read_text().splitlines()) == n
     limit = pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
     hwm, cgroup_peak = _peaks(node, pod)
-    sync = _emulator_state(installed["ports"]["slow"])["sync_requests"]
+    sync = emulator_state(installed["ports"]["slow"])["sync_requests"]
     print(
         f"operator Pod (limit {limit}): operator process peak RSS {hwm:.0f} MiB, Pod cgroup peak {cgroup_peak:.0f} MiB"
         f" (page cache included); {sync} synchronous calls for the 5,000 prompts"
@@ -289,7 +222,7 @@ def test_a_100k_result_batch_and_a_large_fallback_fit_the_default_memory_limit(
 def test_helm_uninstall_keeps_crds_jobs_and_the_ledger(node: localcluster.Cluster, installed: dict[str, Any]) -> None:
     claims = [p["metadata"]["name"] for p in get_json(node, "-n", NAMESPACE, "pvc")["items"]]
     assert claims, "the SQLite ledger's PVC"
-    _helm(node, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
+    helm(node, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
     wait_for("no operator Pod", lambda: not get_json(node, "-n", NAMESPACE, "pods")["items"])
     assert get_json(node, "crd", "llmbatchjobs.barge.dev")["metadata"]["name"] == "llmbatchjobs.barge.dev"
     jobs = {j["metadata"]["name"] for j in get_json(node, "-n", TENANT_NS, "lbj")["items"]}

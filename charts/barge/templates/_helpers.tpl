@@ -44,7 +44,7 @@ app.kubernetes.io/part-of: barge
 {{- end }}
 
 {{- define "barge.ha" -}}
-{{- if gt (int .Values.replicas) 1 }}true{{ end }}
+{{- if or (gt (int .Values.replicas) 1) .Values.peering.enabled }}true{{ end }}
 {{- end }}
 
 {{/* Annotations of a CRD: kept on uninstall while crds.keep. */}}

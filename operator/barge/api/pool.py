@@ -77,6 +77,14 @@ class EngineSpec(Model):
     )
 
     image: str = Field("vllm/vllm-openai:v0.11.0", min_length=1, description="vLLM OpenAI-server image.")
+    command: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The engine container's command, replacing the image's entrypoint (vLLM's image: `vllm serve`); "
+        "the generated vLLM flags stay its arguments. Empty: the image's entrypoint. Only a command the admin's "
+        "policy lists in pools.commands is admitted (ImagePolicy), e.g. [barge, emulator] for Barge's own image "
+        "standing in for vLLM.",
+    )
     gpus: int = Field(1, ge=0, le=64, description="nvidia.com/gpu per replica.")
     tensor_parallel_size: int | None = Field(None, ge=1, le=64, description="Defaults to gpus.")
     replicas: int = Field(1, ge=0, le=1000, description="Replicas when autoscaling is not set.")
@@ -227,6 +235,15 @@ class Worker(Model):
     min_replicas: int = Field(0, ge=0, description="Minimum replicas; 0 scales to zero.")
     max_replicas: int = Field(10, ge=1, description="Maximum replicas; the effective max is capped by quota.")
     max_deliveries: int = Field(5, ge=1, description="Deliveries before a message is dead-lettered.")
+    polling_interval_seconds: int = Field(
+        15, ge=1, le=3600, description="Seconds between KEDA's looks at the queue (the ScaledObject's pollingInterval)."
+    )
+    cooldown_seconds: int = Field(
+        120,
+        ge=0,
+        le=86400,
+        description="Seconds the queue must stay empty before KEDA scales the worker to zero (cooldownPeriod).",
+    )
     output: WorkerOutput = Field(description="Where results go.")
 
     @model_validator(mode="after")

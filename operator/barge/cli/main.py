@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 
 from barge import __version__
-from barge.cli.report import report_app
 
 # Each command imports what it needs when it runs: `barge run` starts without the emulator's web server, the
 # generators or the operator config (about a second of imports, measured, that every command waited for).
@@ -26,7 +25,6 @@ app = typer.Typer(
 )
 ledger_app = typer.Typer(no_args_is_help=True, help="Maintenance of the ledger.")
 app.add_typer(ledger_app, name="ledger")
-app.add_typer(report_app, name="report")
 
 
 @app.command()
@@ -41,15 +39,13 @@ def crds(
     chart: Annotated[
         Path | None, typer.Option(help="Also write the chart's CRD templates and RBAC rules (charts/barge).")
     ] = None,
-    docs: Annotated[
-        Path | None, typer.Option(help="Also write the site's reference pages (docs/reference; needs --chart).")
-    ] = None,
+    readme: Annotated[Path | None, typer.Option(help="Also update the README's values and RBAC tables.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Fail if the files on disk differ; write nothing.")] = False,
 ) -> None:
-    """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the site's reference pages) from the code."""
+    """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the README's tables) from barge.api and barge.k8s."""
     from barge.cli import generate
 
-    files = generate.generated_files(out, chart, docs, app)
+    files = generate.generated_files(out, chart, readme)
     if check:
         stale = generate.stale(files)
         if stale:
@@ -72,12 +68,27 @@ def emulator(
         str | None,
         typer.Option("--api-key", envvar="VLLM_API_KEY", help="--vllm: /v1 answers 401 without this bearer key."),
     ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="vLLM's `serve` flag: implies --vllm.")] = None,
+    served_model_name: Annotated[
+        str | None, typer.Option("--served-model-name", help="vLLM's `serve` flag: the model served (over --model).")
+    ] = None,
+    tensor_parallel_size: Annotated[int, typer.Option(help="vLLM's flag, accepted and unused (no GPU).")] = 1,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="vLLM's flag, accepted and unused.")] = 0,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's flag, accepted and unused (no GPU).")] = 0.9,
+    max_model_len: Annotated[int, typer.Option(help="vLLM's flag, accepted and unused.")] = 0,
+    enable_chunked_prefill: Annotated[
+        bool, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill", help="vLLM's flag, unused.")
+    ] = True,
 ) -> None:
     """Run the local provider emulator (Anthropic, OpenAI and Azure OpenAI batch + sync APIs).
 
     Base URLs: Anthropic SDK http://HOST:PORT, OpenAI SDK http://HOST:PORT/v1, AzureOpenAI azure_endpoint
     http://HOST:PORT. Any API key works except the literal `invalid`.
+    Given vLLM's `serve` flags (--model, --served-model-name, --host, --port, --max-num-seqs, --api-key, and the GPU
+    ones, accepted and unused), it stands in for vLLM as --vllm does: `barge emulator` is then a drop-in command for
+    an engine InferencePool running Barge's image (spec.engine.command: [barge, emulator]).
     """
+    vllm = vllm or served_model_name or model
     from barge.emulator.profile import load_profile
     from barge.emulator.server import serve
 
@@ -124,9 +135,7 @@ def run(
 ) -> None:
     """Run an LLMBatchJob manifest to completion locally; rerunning the same command resumes it.
 
-    Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid, 3 when it cannot go on without
-    a person (not admitted: no price for a budgeted model, a template that does not compile, a policy's refusal; or
-    over its budget): the reason and message are printed. While it waits (planning) each progress line says why.
+    Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid.
     """
     from barge.batch.job import EngineSettings
     from barge.cli import local
@@ -155,36 +164,6 @@ def demo_data(
 
 
 @app.command()
-def gateway(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8098,
-    audience: Annotated[
-        str, typer.Option(envvar="BARGE_GATEWAY_AUDIENCE", help="Audience callers' ServiceAccount tokens must carry.")
-    ] = "barge",
-    max_upload_bytes: Annotated[
-        int, typer.Option(envvar="BARGE_GATEWAY_MAX_UPLOAD_BYTES", help="Largest input file in bytes.", min=1)
-    ] = 200 * 1024 * 1024,
-    max_lines: Annotated[
-        int, typer.Option(envvar="BARGE_GATEWAY_MAX_LINES", help="Most requests per input file.", min=1)
-    ] = 50_000,
-) -> None:
-    """The OpenAI Files and Batches API in front of Barge: a batch is an LLMBatchJob of the caller's namespace."""
-    import os
-
-    from barge.config import load_policy
-    from barge.gateway.server import GatewaySettings, serve
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    policy = load_policy(
-        os.environ.get("BARGE_POLICY_FILE"),
-        os.environ.get("BARGE_ALLOWED_FILE_ROOTS", ""),
-        shared_file_roots=os.environ.get("BARGE_SHARED_FILE_ROOTS", "").strip().lower() in ("true", "1", "yes"),
-    )
-    settings = GatewaySettings(audience=audience, max_upload_bytes=max_upload_bytes, max_lines=max_lines)
-    serve(host, port, policy, settings)
-
-
-@app.command()
 def operator(
     namespace: Annotated[
         list[str] | None, typer.Option("--namespace", "-n", help="Namespace to watch (repeat).")
@@ -207,14 +186,6 @@ def operator(
     BARGE_PEERING_PRIORITY, BARGE_PEERING_LIFETIME.
     Watches every namespace when none is named.
     """
-    from barge.operator import ports
-
-    if metrics_port:  # first, before Kopf's imports: a taken port is an exit naming it, not a retried activity
-        try:
-            ports.listen(metrics_port).close()
-        except ports.PortUnavailable as exc:
-            typer.echo(f"barge operator: {exc}", err=True)
-            raise typer.Exit(1) from exc
     from barge.config import OperatorConfig, peering_priority
     from barge.operator.main import run as run_operator
 

@@ -119,7 +119,12 @@ def object_meta(pool: InferencePool, name: str, labels: dict[str, str] | None = 
     }
 
 
-def vllm_args(model: str, engine: EngineSpec) -> list[str]:
+POD_IP_ENV = "POD_IP"
+"""On the host's network an engine binds its pod's IP (the node's address, from the downward API), not every
+interface of the node: `--host $(POD_IP)`, which the kubelet expands."""
+
+
+def vllm_args(model: str, engine: EngineSpec, *, host_network: bool = False) -> list[str]:
     """The engine's command line: profile first, explicit args over it, `extra` last."""
     a = engine.args
     batched = a.max_num_batched_tokens or PROFILE_BATCHED_TOKENS[engine.profile]
@@ -129,7 +134,7 @@ def vllm_args(model: str, engine: EngineSpec) -> list[str]:
         "--served-model-name",
         model,
         "--host",
-        "0.0.0.0",
+        f"$({POD_IP_ENV})" if host_network else "0.0.0.0",
         "--port",
         str(engine.port),
         "--tensor-parallel-size",
@@ -167,6 +172,8 @@ def build_deployment(pool: InferencePool, *, host_network: bool = False) -> dict
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/models"}, {"name": "HOME", "value": "/home/vllm"}]
     key_ref = {"secretKeyRef": {"name": n["enginekey"], "key": ENGINE_KEY_FIELD}}
     env.append({"name": "VLLM_API_KEY", "valueFrom": key_ref})
+    if host_network:
+        env.append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if engine.hf_token_secret_ref is not None:
         ref = engine.hf_token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -178,10 +185,11 @@ def build_deployment(pool: InferencePool, *, host_network: bool = False) -> dict
         # /v1 needs the API key; vLLM's HTTP server answers /health only once the engine (the weights) is up.
         return {"httpGet": {"path": "/health", "port": "http"}}
 
-    container = {
+    container: dict[str, Any] = {
         "name": "vllm",
         "image": engine.image,
-        "args": vllm_args(pool.spec.model, engine),
+        **({"command": list(engine.command)} if engine.command else {}),
+        "args": vllm_args(pool.spec.model, engine, host_network=host_network),
         "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}],
         "env": env,
         "resources": resources,

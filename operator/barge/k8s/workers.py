@@ -35,6 +35,9 @@ PodMonitor scrapes it). On the host's network (BARGE_POD_HOST_NETWORK) a declare
 scheduler fits one replica per node, so there no port is declared and each replica serves its metrics on a port
 the kernel picks (metricsPort 0 in its config; the worker logs it)."""
 EPHEMERAL_PORT = 0
+METRICS_HOST_ENV = "BARGE_METRICS_HOST"
+"""On the host's network a worker serves its metrics on its pod's IP (the node's address, from the downward API),
+not on every interface of the node."""
 HEADROOM = 0.95
 WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 
@@ -47,6 +50,33 @@ class WorkerTenancy:
     tenant: str
     storage_prefixes: tuple[str, ...]
     max_payload_bytes: int
+
+
+@dataclass(frozen=True)
+class WorkerPods:
+    """How this operator's worker pods run (its settings, the same for every pool): on the host's network
+    (BARGE_POD_HOST_NETWORK) or the Pod network, and the volumes the admin adds to each (BARGE_WORKER_VOLUMES)."""
+
+    host_network: bool = False
+    volumes: tuple[dict[str, Any], ...] = ()
+    volume_mounts: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Network:
+    """The one place the worker's network is decided: what the container declares and gets, and the metrics port
+    its config names."""
+
+    pod: dict[str, Any]
+    container: dict[str, Any]
+    metrics_port: int
+
+
+def _network(host_network: bool) -> _Network:
+    if not host_network:
+        return _Network({}, {"ports": [{"name": "metrics", "containerPort": WORKER_PORT}]}, WORKER_PORT)
+    pod_ip = {"name": METRICS_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    return _Network(host_network_fields(True), {"env": [pod_ip]}, EPHEMERAL_PORT)
 
 
 @dataclass(frozen=True)
@@ -134,7 +164,7 @@ def worker_config(
             "tokensPerMinute": cap.tokens_per_minute,
             "tokensPerRequest": worker.tokens_per_request,
         },
-        "metricsPort": EPHEMERAL_PORT if host_network else WORKER_PORT,
+        "metricsPort": _network(host_network).metrics_port,
     }
     if tenancy is not None:
         config["tenant"] = tenancy.tenant
@@ -182,10 +212,12 @@ def _wmeta(pool: InferencePool, worker: Worker, name: str) -> dict[str, Any]:
 
 
 def build_worker_deployment(
-    pool: InferencePool, worker: Worker, image: str, *, host_network: bool = False
+    pool: InferencePool, worker: Worker, image: str, *, host_network: bool = False, pods: WorkerPods | None = None
 ) -> dict[str, Any]:
-    """The worker's Deployment; `host_network` (BARGE_POD_HOST_NETWORK): the node's network and no declared port
-    (see WORKER_PORT), so KEDA can run many replicas on one node."""
+    """The worker's Deployment; `pods` (or `host_network` alone, BARGE_POD_HOST_NETWORK): on the node's network no
+    port is declared (see WORKER_PORT), so KEDA can run many replicas on one node; the admin's volumes added."""
+    pods = pods or WorkerPods(host_network=host_network)
+    network = _network(pods.host_network)
     n = worker_names(str(pool.metadata["name"]), worker.name)
     env: list[dict[str, Any]] = []
     if pool.spec.provider is not None:
@@ -197,8 +229,12 @@ def build_worker_deployment(
     if worker.queue.auth_secret_ref is not None:
         ref = worker.queue.auth_secret_ref
         env.append({"name": "BARGE_QUEUE_SECRET", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    # each replica's own name (the queue consumer's): on the host's network the hostname is the node's, shared
+    env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    env += network.container.get("env", [])
     meta = _wmeta(pool, worker, n["deployment"])
-    ports = {} if host_network else {"ports": [{"name": "metrics", "containerPort": WORKER_PORT}]}
+    ports = {k: v for k, v in network.container.items() if k != "env"}
+    mounts = [{"name": "config", "mountPath": "/etc/barge", "readOnly": True}, *pods.volume_mounts]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -208,7 +244,7 @@ def build_worker_deployment(
             "template": {
                 "metadata": {"labels": {**meta["labels"]}},
                 "spec": {
-                    **host_network_fields(host_network),
+                    **network.pod,
                     "terminationGracePeriodSeconds": 60,  # finish or abandon in-flight messages
                     "containers": [
                         {
@@ -217,7 +253,7 @@ def build_worker_deployment(
                             "args": ["worker", "--config", "/etc/barge/worker.yaml"],
                             "env": env,
                             **ports,
-                            "volumeMounts": [{"name": "config", "mountPath": "/etc/barge", "readOnly": True}],
+                            "volumeMounts": mounts,
                             "resources": WORKER_RESOURCES,
                             "securityContext": {
                                 "runAsNonRoot": True,
@@ -227,7 +263,7 @@ def build_worker_deployment(
                             },
                         }
                     ],
-                    "volumes": [{"name": "config", "configMap": {"name": n["configmap"]}}],
+                    "volumes": [{"name": "config", "configMap": {"name": n["configmap"]}}, *pods.volumes],
                     "automountServiceAccountToken": False,  # a worker reads its queue, never the API server
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                 },
@@ -289,8 +325,8 @@ def build_worker_scaled_object(pool: InferencePool, worker: Worker, cap: Cap) ->
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": n["deployment"]},
             "minReplicaCount": min(worker.min_replicas, cap.effective_max),
             "maxReplicaCount": cap.effective_max,
-            "pollingInterval": 15,
-            "cooldownPeriod": 120,
+            "pollingInterval": worker.polling_interval_seconds,
+            "cooldownPeriod": worker.cooldown_seconds,
             "triggers": [_trigger(worker, auth)],
         },
     }

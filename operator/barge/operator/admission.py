@@ -25,6 +25,7 @@ from barge.operator.kube import Kube, NotFound
 from barge.policy import (
     Policy,
     Refused,
+    check_command,
     check_credentials,
     check_endpoint,
     check_extra_flags,
@@ -132,6 +133,7 @@ async def admit_pool(kube: Kube, policy: Policy, pool: InferencePool) -> WorkerT
     if pool.spec.engine is not None:
         check_image(policy, pool.spec.engine.image)
         check_extra_flags(policy, pool.spec.engine.args.extra)
+        check_command(policy, pool.spec.engine.command)
         check_placement(policy, pool.spec.engine.node_selector, pool.spec.engine.tolerations)
         mounted.append(pool.spec.engine.hf_token_secret_ref)
     if pool.spec.provider is not None:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from barge.api.pool import InferencePool
+from barge.config import OperatorConfig
 from barge.k8s import pool as builders
 from barge.k8s import workers
 from barge.operator import engine_key, kstatus
@@ -35,6 +36,11 @@ CHILD_KINDS = (
     ("keda.sh/v1alpha1", "ScaledObject", "scaledobject"),
     ("inference.networking.k8s.io/v1", "InferencePool", "gateway"),
 )
+
+
+def worker_pods(config: OperatorConfig) -> workers.WorkerPods:
+    """How this operator's worker pods run: BARGE_POD_HOST_NETWORK and the admin's BARGE_WORKER_VOLUMES."""
+    return workers.WorkerPods(config.pod_host_network, config.worker_volumes, config.worker_volume_mounts)
 
 
 def _cond(type_: str, ok: bool, reason: str, message: str = "") -> dict[str, str]:
@@ -109,9 +115,12 @@ async def reconcile_workers(
     endpoint_template: str,
     tenancy: workers.WorkerTenancy | None = None,
     *,
-    host_network: bool = False,
+    pods: workers.WorkerPods | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """Apply every worker's ConfigMap, Deployment, ScaledObject (+ TriggerAuthentication); drop removed ones."""
+    """Apply every worker's ConfigMap, Deployment, ScaledObject (+ TriggerAuthentication); drop removed ones.
+    `pods`: how this operator's worker pods run (network, the admin's volumes)."""
+    pods = pods or workers.WorkerPods()
+    host_network = pods.host_network
     meta = pool.metadata
     caps = workers.quota_caps(pool)
     statuses, conflicts, clashes = [], [], []
@@ -120,7 +129,7 @@ async def reconcile_workers(
         n = workers.worker_names(str(meta["name"]), worker.name)
         children = [
             workers.build_worker_configmap(pool, worker, cap, endpoint_template, tenancy, host_network=host_network),
-            workers.build_worker_deployment(pool, worker, image, host_network=host_network),
+            workers.build_worker_deployment(pool, worker, image, pods=pods),
             workers.build_trigger_auth(pool, worker),
         ]
         hpa = conflicting_hpa(hpas, n["deployment"])
@@ -186,9 +195,12 @@ async def reconcile(
     admit: Callable[[InferencePool], Awaitable[workers.WorkerTenancy]] | None = None,
     *,
     host_network: bool = False,
+    worker_pods: workers.WorkerPods | None = None,
 ) -> dict[str, Any]:
     """Bring the children in line with the spec and return the pool's new status. `host_network`: the generated
-    pods use the node's network (BARGE_POD_HOST_NETWORK)."""
+    pods use the node's network (BARGE_POD_HOST_NETWORK); `worker_pods`: the workers' (with it, and the admin's
+    volumes)."""
+    pods = worker_pods or workers.WorkerPods(host_network=host_network)
     meta = body["metadata"]
     generation = int(meta.get("generation") or 0)
     old = dict(body.get("status") or {})
@@ -224,7 +236,7 @@ async def reconcile(
             conds = [_cond("Ready", False, "SecretNotFound", str(exc))]
         hpas = await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", meta["namespace"])
         worker_status, wconds = await reconcile_workers(
-            objects, pool, hpas, worker_image, endpoint_template, tenancy, host_network=host_network
+            objects, pool, hpas, worker_image, endpoint_template, tenancy, pods=pods
         )
         return {
             **_status(old, generation, _combine(conds + wconds), 0, endpoint),
@@ -265,7 +277,7 @@ async def reconcile(
             await objects.delete(api_version, kind, namespace, n[role])
     ready, dconds = deployment_conditions(await objects.get("apps/v1", "Deployment", namespace, n["deployment"]), pool)
     worker_status, wconds = await reconcile_workers(
-        objects, pool, hpas, worker_image, endpoint_template, tenancy, host_network=host_network
+        objects, pool, hpas, worker_image, endpoint_template, tenancy, pods=pods
     )
     return {
         **_status(old, generation, _combine(conds + dconds + wconds), ready, endpoint),

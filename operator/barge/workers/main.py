@@ -25,6 +25,8 @@ def make_queue(config: dict[str, Any]) -> Queue:
             q["address"],
             q["stream"],
             q.get("consumerGroup", "barge"),
+            # the pod's name: on the host's network every replica has the node's hostname, one consumer for all
+            consumer=os.environ.get("POD_NAME", ""),
             password=secret,
             claim_idle_ms=int(config.get("claimIdleMs", 30_000)),
         )
@@ -43,9 +45,11 @@ def serve_metrics(config: dict[str, Any], registry: CollectorRegistry) -> int | 
     one node must not share a port. The port is logged, as nothing else names it."""
     if config.get("metricsPort") is None:
         return None
-    server, _ = start_http_server(int(config["metricsPort"]), registry=registry)
+    # BARGE_METRICS_HOST: on the host's network the pod's IP (the node's), not every interface of the node
+    host = os.environ.get("BARGE_METRICS_HOST") or "0.0.0.0"
+    server, _ = start_http_server(int(config["metricsPort"]), addr=host, registry=registry)
     port = int(server.server_port)
-    logging.getLogger("barge.worker").info("metrics on port %d", port)
+    logging.getLogger("barge.worker").info("metrics on %s:%d", host, port)
     return port
 
 
