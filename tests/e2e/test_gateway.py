@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import yaml
@@ -25,6 +26,7 @@ from tests.e2e.conftest import Operator, credential_secret, free_port, wait_for
 
 pytestmark = pytest.mark.cluster
 POOL = "gpt-fast"
+CLAUDE = "claude-fast"
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,23 @@ def teams(cluster: Cluster, operator: Operator, emu: EmulatorThread) -> dict[str
                 },
             },
         }
+        claude = {
+            "apiVersion": "barge.dev/v1alpha1",
+            "kind": "InferencePool",
+            "metadata": {"name": CLAUDE, "namespace": ns},
+            "spec": {
+                "model": "claude-sonnet-4-6",
+                "provider": {
+                    "type": "anthropic",
+                    "model": "claude-sonnet-4-6",
+                    "secretRef": {"name": "openai", "key": "api-key"},
+                    "baseURL": emu.url,
+                },
+            },
+        }
         docs = [
             pool,
+            claude,
             *_role(ns, "app", ["create", "get", "list", "delete", "patch"]),
             *_role(ns, "reader", ["get", "list"]),
         ]
@@ -136,8 +153,8 @@ def client(base: str, key: str) -> openai.OpenAI:
     return openai.OpenAI(api_key=key, base_url=f"{base}/v1", max_retries=0, timeout=30)
 
 
-def line(custom_id: str, text: str, **body: Any) -> str:
-    request = {"model": POOL, "messages": [{"role": "user", "content": text}], **body}
+def line(custom_id: str, text: str, model: str = POOL, **body: Any) -> str:
+    request = {"model": model, "messages": [{"role": "user", "content": text}], **body}
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": request})
 
 
@@ -290,3 +307,101 @@ def test_list_pagination_idempotency_cancel_and_file_delete(
     assert oai.files.delete(file.id).deleted
     with pytest.raises(openai.NotFoundError):
         oai.files.retrieve(file.id)
+
+
+def test_the_same_file_format_routed_by_alias_to_an_anthropic_pool(
+    gateway: str, teams: dict[str, Team], tmp_path: Path
+) -> None:
+    oai = client(gateway, teams["acme"].token)
+    system = {"role": "system", "content": "answer briefly"}
+    lines = [
+        json.dumps(
+            {
+                "custom_id": f"c{n}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": CLAUDE, "messages": [system, {"role": "user", "content": f"q {n}"}], "stop": "END"},
+            }
+        )
+        for n in range(4)
+    ]
+    seeded = line("seeded", "a seed", model=CLAUDE, seed=7)  # no Anthropic equal: an error line naming the key
+    file = upload(oai, tmp_path, [*lines, seeded])
+    batch = oai.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = ended(oai, batch.id)
+    assert done.status == "completed", done
+    assert done.output_file_id is not None
+    assert done.error_file_id is not None
+    outputs = [json.loads(x) for x in oai.files.content(done.output_file_id).read().decode().splitlines()]
+    assert sorted(o["custom_id"] for o in outputs) == ["c0", "c1", "c2", "c3"]
+    errors = [json.loads(x) for x in oai.files.content(done.error_file_id).read().decode().splitlines()]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [("seeded", "unconvertible")]
+    assert "seed" in errors[0]["error"]["message"]
+
+
+def test_anthropic_sdk_round_trip(gateway: str, teams: dict[str, Team]) -> None:
+    ant = anthropic.Anthropic(api_key=teams["globex"].token, base_url=gateway, max_retries=0, timeout=30)
+    requests = [
+        {
+            "custom_id": f"m{n}",
+            "params": {
+                "model": POOL,  # an alias: here an OpenAI pool, converted from Anthropic's params
+                "max_tokens": 64,
+                "system": "be brief",
+                "messages": [{"role": "user", "content": [{"type": "text", "text": f"question {n}"}]}],
+                "stop_sequences": ["END"],
+            },
+        }
+        for n in range(5)
+    ]
+    batch = ant.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+    assert batch.id.startswith("msgbatch_")
+    assert batch.processing_status == "in_progress"
+    assert batch.id in [b.id for b in ant.messages.batches.list()]
+    done = wait_for(
+        lambda: (b := ant.messages.batches.retrieve(batch.id)).processing_status == "ended" and b, 180, "ended"
+    )
+    assert done.request_counts.succeeded == 5
+    assert done.request_counts.errored == 0
+    results = list(ant.messages.batches.results(batch.id))
+    assert sorted(r.custom_id for r in results) == [f"m{n}" for n in range(5)]
+    for r in results:
+        assert r.result.type == "succeeded"
+        assert r.result.message.content[0].type == "text"
+    other = anthropic.Anthropic(api_key=teams["acme"].token, base_url=gateway, max_retries=0)
+    with pytest.raises(anthropic.NotFoundError):
+        other.messages.batches.retrieve(batch.id)
+    assert ant.messages.batches.delete(batch.id).type == "message_batch_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        ant.messages.batches.retrieve(batch.id)
+
+
+def test_anthropic_requests_that_cannot_convert_refuse_the_batch_naming_them(
+    gateway: str, teams: dict[str, Team]
+) -> None:
+    ant = anthropic.Anthropic(api_key=teams["globex"].token, base_url=gateway, max_retries=0)
+    ok = {"model": POOL, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    requests = [
+        {"custom_id": "a", "params": ok},
+        {"custom_id": "b", "params": {**ok, "top_k": 5}},
+        {"custom_id": "a", "params": ok},
+        {"custom_id": "c", "params": {**ok, "model": CLAUDE}},
+    ]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        ant.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert "requests[1]: params keys ['top_k'] have no OpenAI equal" in message
+    assert "requests[2]: custom_id 'a' is used by an earlier request" in message
+    assert "requests[3]: params.model 'claude-fast' differs" in message
+    assert "requests[0]" not in message
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(api_key="nope", base_url=gateway, max_retries=0).messages.batches.list()
+
+
+def test_a_model_alias_that_names_no_pool_is_refused_at_create(
+    gateway: str, teams: dict[str, Team], tmp_path: Path
+) -> None:
+    oai = client(gateway, teams["acme"].token)
+    file = upload(oai, tmp_path, [line("a", "hello", model="no-such-pool")])
+    with pytest.raises(openai.BadRequestError, match="no-such-pool"):
+        oai.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")

@@ -55,7 +55,8 @@ def test_on_renders_a_restricted_deployment_its_service_and_only_the_rbac_it_nee
         ("authentication.k8s.io", "tokenreviews"): ["create"],
         ("authorization.k8s.io", "subjectaccessreviews"): ["create"],
         ("", "namespaces"): ["get"],
-        ("barge.dev", "llmbatchjobs"): ["create", "get", "list", "patch"],
+        ("barge.dev", "llmbatchjobs"): ["create", "get", "list", "patch", "delete"],
+        ("barge.dev", "inferencepools"): ["get"],
     }
     pod = objs["Deployment"]["spec"]["template"]
     container = pod["spec"]["containers"][0]

@@ -12,7 +12,7 @@ import pytest
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import plan
 from barge.batch.render import Renderer
-from barge.providers.chat_convert import Unconvertible, to_anthropic
+from barge.providers.chat_convert import Unconvertible, to_anthropic, to_openai
 from barge.providers.encoding import encoder
 
 
@@ -222,3 +222,90 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
 def test_refuses_naming_what(name: str, body: dict[str, Any], needle: str) -> None:
     with pytest.raises(Unconvertible, match=needle):
         to_anthropic(body, "m", 10)
+
+
+# --- and back: Anthropic params -> OpenAI body (the gateway's /v1/messages/batches) -----------------------------
+BACK: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("text", {"messages": HI}, {"messages": HI}),
+    (
+        "system blocks and text blocks",
+        {
+            "system": [{"type": "text", "text": "s"}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}],
+        },
+        {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}]},
+    ),
+    (
+        "stop, temperature",
+        {"messages": HI, "stop_sequences": ["x"], "temperature": 0.3},
+        {"messages": HI, "stop": ["x"], "temperature": 0.3},
+    ),
+    (
+        "tools and choice",
+        {"messages": HI, "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"}},
+        {
+            "messages": HI,
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+            "tool_choice": "required",
+        },
+    ),
+    (
+        "tool use and result",
+        {
+            "messages": [
+                *HI,
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"x": 1}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]},
+            ]
+        },
+        {
+            "messages": [
+                *HI,
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}}],
+                },
+                {"role": "tool", "tool_call_id": "t1", "content": "42"},
+            ]
+        },
+    ),
+    ("user id", {"messages": HI, "metadata": {"user_id": "u"}}, {"messages": HI, "user": "u"}),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "expected"), BACK, ids=[c[0] for c in BACK])
+def test_converts_back(name: str, params: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert to_openai({"model": "m", "max_tokens": 5, **params}) == {"model": "m", "max_tokens": 5, **expected}
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"messages": HI, "top_k": 3}, "top_k"),
+        ({"messages": HI, "thinking": {"type": "enabled"}}, "thinking"),
+        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "image"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "cache_control": {}}]}]},
+            "text blocks only",
+        ),
+        ({"messages": HI, "tool_choice": {"type": "sometimes"}}, "tool_choice"),
+        ({"messages": []}, "non-empty"),
+    ],
+)
+def test_refuses_back_naming_what(params: dict[str, Any], needle: str) -> None:
+    with pytest.raises(Unconvertible, match=needle):
+        to_openai({"model": "m", "max_tokens": 5, **params})
+
+
+def test_a_round_trip_through_both_conversions_keeps_the_request() -> None:
+    params = {
+        "model": "m",
+        "max_tokens": 5,
+        "system": "s",
+        "messages": [*HI, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}],
+        "stop_sequences": ["x"],
+        "temperature": 0.5,
+    }
+    body = to_openai(params)
+    assert to_anthropic({k: v for k, v in body.items() if k not in ("model", "max_tokens")}, "m", 5) == params

@@ -164,6 +164,37 @@ def demo_data(
 
 
 @app.command()
+def gateway(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8098,
+    audience: Annotated[
+        str, typer.Option(envvar="BARGE_GATEWAY_AUDIENCE", help="Audience callers' ServiceAccount tokens must carry.")
+    ] = "barge",
+    max_upload_bytes: Annotated[
+        int, typer.Option(envvar="BARGE_GATEWAY_MAX_UPLOAD_BYTES", help="Largest input file in bytes.", min=1)
+    ] = 200 * 1024 * 1024,
+    max_lines: Annotated[
+        int, typer.Option(envvar="BARGE_GATEWAY_MAX_LINES", help="Most requests per input file.", min=1)
+    ] = 50_000,
+) -> None:
+    """The OpenAI Files and Batches API in front of Barge: a batch is an LLMBatchJob of the caller's namespace."""
+    import os
+
+    from barge.config import load_policy
+    from barge.gateway.app import serve
+    from barge.gateway.server import GatewaySettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    policy = load_policy(
+        os.environ.get("BARGE_POLICY_FILE"),
+        os.environ.get("BARGE_ALLOWED_FILE_ROOTS", ""),
+        shared_file_roots=os.environ.get("BARGE_SHARED_FILE_ROOTS", "").strip().lower() in ("true", "1", "yes"),
+    )
+    settings = GatewaySettings(audience=audience, max_upload_bytes=max_upload_bytes, max_lines=max_lines)
+    serve(host, port, policy, settings)
+
+
+@app.command()
 def operator(
     namespace: Annotated[
         list[str] | None, typer.Option("--namespace", "-n", help="Namespace to watch (repeat).")

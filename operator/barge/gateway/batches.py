@@ -40,16 +40,21 @@ def new_batch_id() -> str:
     return BATCH_PREFIX + os.urandom(12).hex()
 
 
-def job_name(batch_id: str) -> str | None:
+def job_name(batch_id: str, prefix: str = BATCH_PREFIX) -> str | None:
     """The job of a batch id, or None for an id that is not one of the gateway's (a 404, never an API path)."""
-    rest = batch_id.removeprefix(BATCH_PREFIX)
+    rest = batch_id.removeprefix(prefix)
     if rest == batch_id or len(rest) != 24 or any(c not in "0123456789abcdef" for c in rest):
         return None
     return JOB_PREFIX + rest
 
 
-def batch_id_of(name: str) -> str:
-    return BATCH_PREFIX + name.removeprefix(JOB_PREFIX)
+def batch_id_of(name: str, prefix: str = BATCH_PREFIX) -> str:
+    return prefix + name.removeprefix(JOB_PREFIX)
+
+
+def kind_of(job: dict[str, Any]) -> str:
+    """Which API made the job: openai or anthropic (the label's value)."""
+    return str(((job.get("metadata") or {}).get("labels") or {}).get(LABEL) or "")
 
 
 def build_job(
@@ -64,9 +69,11 @@ def build_job(
     input_file_id: str,
     metadata: dict[str, str] | None,
     now: datetime,
+    kind: str = "openai",
+    prefix: str = BATCH_PREFIX,
 ) -> dict[str, Any]:
     """The LLMBatchJob of a new batch: passthrough requests on the pool the file's model alias names."""
-    name = job_name(batch_id)
+    name = job_name(batch_id, prefix)
     assert name is not None
     record = {
         "input_file_id": input_file_id,
@@ -82,7 +89,7 @@ def build_job(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {LABEL: "openai", "app.kubernetes.io/managed-by": "barge-gateway"},
+            "labels": {LABEL: kind, "app.kubernetes.io/managed-by": "barge-gateway"},
             "annotations": {ANNOTATION: orjson.dumps(record).decode()},
         },
         "spec": {

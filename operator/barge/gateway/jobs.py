@@ -1,7 +1,8 @@
 """The gateway's LLMBatchJob reads and writes, always in the caller's namespace and by names the gateway built.
 
 The gateway's own ServiceAccount does them (the caller was authorized by SubjectAccessReview first), so the
-chart grants it create, get, list and patch on llmbatchjobs; it never deletes a job (retention is the operator's).
+chart grants it create, get, list, patch and delete on llmbatchjobs (delete: only an ended Anthropic message
+batch, as its DELETE asks), and get on inferencepools.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from urllib.parse import quote
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from barge.gateway.batches import LABEL
-from barge.operator.kube import Kube, dns_name
+from barge.operator.kube import InvalidName, Kube, dns_name
 
 
 def _path(namespace: str, name: str | None = None) -> str:
@@ -55,16 +56,41 @@ class Jobs:
             if exc.status == 404:
                 return None
             raise
-        if ((found.get("metadata") or {}).get("labels") or {}).get(LABEL) is None:
+        meta = found.get("metadata") or {}
+        if (meta.get("labels") or {}).get(LABEL) is None:
             return None  # a job of the same name that the gateway did not make is not a batch
+        if meta.get("deletionTimestamp"):
+            return None  # deleted (the operator is finishing its clean-up): gone for the caller
         return found
 
     async def list(self, namespace: str) -> list[dict[str, Any]]:
         result: dict[str, Any] = await self._call(_path(namespace), "GET", query=[("labelSelector", LABEL)])
-        return list(result.get("items") or [])
+        return [j for j in result.get("items") or [] if not (j.get("metadata") or {}).get("deletionTimestamp")]
 
     async def patch(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         found: dict[str, Any] = await self._call(
             _path(namespace, name), "PATCH", patch, content_type="application/merge-patch+json"
         )
         return found
+
+    async def delete(self, namespace: str, name: str) -> None:
+        try:
+            await self._call(_path(namespace, name), "DELETE")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def pool_exists(self, namespace: str, name: str) -> bool:
+        """Whether the model alias `name` is an InferencePool of the namespace (else the job would wait for it)."""
+        try:
+            dns_name(name)
+        except InvalidName:
+            return False
+        path = _path(namespace).replace("/llmbatchjobs", "/inferencepools") + "/" + quote(name, safe="")
+        try:
+            await self._call(path, "GET")
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True

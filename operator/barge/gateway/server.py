@@ -47,6 +47,9 @@ class GatewaySettings:
     """spec.request.maxTokens of a batch whose lines set no max_tokens (the job is priced by it)."""
 
 
+ErrorShape = Callable[[int, str, "str | None", "str | None"], web.Response]
+
+
 class HttpError(Exception):
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
@@ -112,38 +115,42 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(None, call, *args)
 
     def routes(self) -> list[web.RouteDef]:
-        def wrap(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
-            async def run(request: web.Request) -> web.StreamResponse:
-                try:
-                    return await handler(request)
-                except HttpError as exc:
-                    return _error(exc.status, exc.message, exc.code, exc.param)
-                except Unauthorized as exc:
-                    return _error(401, str(exc), "invalid_api_key")
-                except Forbidden as exc:
-                    return _error(403, str(exc))
-                except files.TooLarge as exc:
-                    return _error(413, str(exc), "file_too_large")
-                except StorageError as exc:
-                    log.warning("storage: %s", exc)
-                    return _error(500, "the gateway's storage failed; try again", "storage_error")
-                except ApiException as exc:
-                    log.warning("API server: %s %s", exc.status, exc.reason)
-                    return _error(502, "the Kubernetes API server refused the gateway's call", "upstream_error")
-
-            return run
-
         return [
-            web.post("/v1/files", wrap(self.upload)),
-            web.get("/v1/files", wrap(self.list_files)),
-            web.get("/v1/files/{id}", wrap(self.get_file)),
-            web.get("/v1/files/{id}/content", wrap(self.file_content)),
-            web.delete("/v1/files/{id}", wrap(self.delete_file)),
-            web.post("/v1/batches", wrap(self.create_batch)),
-            web.get("/v1/batches", wrap(self.list_batches)),
-            web.get("/v1/batches/{id}", wrap(self.get_batch)),
-            web.post("/v1/batches/{id}/cancel", wrap(self.cancel_batch)),
+            web.post("/v1/files", self.wrap(self.upload)),
+            web.get("/v1/files", self.wrap(self.list_files)),
+            web.get("/v1/files/{id}", self.wrap(self.get_file)),
+            web.get("/v1/files/{id}/content", self.wrap(self.file_content)),
+            web.delete("/v1/files/{id}", self.wrap(self.delete_file)),
+            web.post("/v1/batches", self.wrap(self.create_batch)),
+            web.get("/v1/batches", self.wrap(self.list_batches)),
+            web.get("/v1/batches/{id}", self.wrap(self.get_batch)),
+            web.post("/v1/batches/{id}/cancel", self.wrap(self.cancel_batch)),
         ]
+
+    @staticmethod
+    def wrap(handler: Callable[[web.Request], Awaitable[web.StreamResponse]], error: ErrorShape | None = None) -> Any:
+        """The handler with every refusal turned into its HTTP error, in the API's error shape."""
+        shape = error or _error
+
+        async def run(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except HttpError as exc:
+                return shape(exc.status, exc.message, exc.code, exc.param)
+            except Unauthorized as exc:
+                return shape(401, str(exc), "invalid_api_key", None)
+            except Forbidden as exc:
+                return shape(403, str(exc), None, None)
+            except files.TooLarge as exc:
+                return shape(413, str(exc), "file_too_large", None)
+            except StorageError as exc:
+                log.warning("storage: %s", exc)
+                return shape(500, "the gateway's storage failed; try again", "storage_error", None)
+            except ApiException as exc:
+                log.warning("API server: %s %s", exc.status, exc.reason)
+                return shape(502, "the Kubernetes API server refused the gateway's call", "upstream_error", None)
+
+        return run
 
     # --- files -------------------------------------------------------------------------------------------------
     async def upload(self, request: web.Request) -> web.Response:
@@ -201,7 +208,7 @@ class Gateway:
             batch_id = file_id.removesuffix(suffix)
             if batch_id != file_id and (name := batches.job_name(batch_id)) is not None:
                 job = await self.jobs.get(caller.namespace, name)
-                obj = batches.batch_object(job) if job else {}
+                obj = batches.batch_object(job) if job and batches.kind_of(job) == "openai" else {}
                 if obj.get("output_file_id" if kind == "output" else "error_file_id") == file_id:
                     return batch_id, kind, obj
         return None
@@ -300,6 +307,14 @@ class Gateway:
             raise HttpError(
                 400, f"endpoint must be the file's url {checked.get('url')!r}", "invalid_endpoint", "endpoint"
             )
+        pool = str(checked.get("model"))
+        if not await self.jobs.pool_exists(caller.namespace, pool):
+            raise HttpError(
+                400,
+                f"model {pool!r} is not an InferencePool of namespace {caller.namespace}",
+                "model_not_found",
+                "model",
+            )
         key = request.headers.get("Idempotency-Key")
         if key:  # the same key in the same namespace names the same batch: a retry finds it
             digest = hashlib.sha256(f"{caller.namespace}\x00{key}".encode()).hexdigest()[:24]
@@ -309,7 +324,7 @@ class Gateway:
         job = batches.build_job(
             batch_id,
             caller.namespace,
-            pool=str(checked.get("model")),
+            pool=pool,
             input_url=place.data(file_id),
             output_url=place.outputs(batch_id),
             max_tokens=int(checked.get("max_tokens") or 0) or self.settings.default_max_tokens,
@@ -335,7 +350,7 @@ class Gateway:
     async def _job(self, caller: Caller, batch_id: str) -> dict[str, Any]:
         name = batches.job_name(batch_id)
         job = await self.jobs.get(caller.namespace, name) if name else None
-        if job is None:
+        if job is None or batches.kind_of(job) != "openai":
             raise HttpError(404, f"No such Batch object: {batch_id}", param="batch_id")
         return job
 
@@ -360,7 +375,8 @@ class Gateway:
 
     async def list_batches(self, request: web.Request) -> web.Response:
         caller = await self._caller(request, "list")
-        objs = [batches.batch_object(j) for j in await self.jobs.list(caller.namespace)]
+        jobs = await self.jobs.list(caller.namespace)
+        objs = [batches.batch_object(j) for j in jobs if batches.kind_of(j) == "openai"]
         objs.sort(key=lambda b: (-int(b["created_at"]), b["id"]))
         return _json(_page(objs, request.query.get("after"), _limit(request)))
 
@@ -373,23 +389,3 @@ def _take(iterator: Iterator[bytes], size: int = 1 << 18) -> bytes:
         if len(out) >= size:
             break
     return bytes(out)
-
-
-async def healthz(_: web.Request) -> web.Response:
-    return web.Response(text="ok")
-
-
-def make_app(kube: Kube, policy: Policy, settings: GatewaySettings) -> web.Application:
-    gateway = Gateway(kube, policy, settings)
-    app = web.Application(client_max_size=settings.max_upload_bytes + (1 << 20))
-    app.add_routes([web.get("/healthz", healthz), *gateway.routes()])
-
-    async def close(_: web.Application) -> None:
-        await kube.close()
-
-    app.on_cleanup.append(close)
-    return app
-
-
-def serve(host: str, port: int, policy: Policy, settings: GatewaySettings) -> None:
-    web.run_app(make_app(Kube(), policy, settings), host=host, port=port, print=None)

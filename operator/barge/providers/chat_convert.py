@@ -147,3 +147,127 @@ def to_anthropic(body: dict[str, Any], model: str, max_tokens: int) -> dict[str,
     if body.get("user"):
         params["metadata"] = {"user_id": str(body["user"])}
     return params
+
+
+# --- and back: Anthropic Messages params as an OpenAI chat body (the gateway's /v1/messages/batches) -------------
+#: | Anthropic params | OpenAI body |
+#: | --- | --- |
+#: | system (text or text blocks) | a first message of role system |
+#: | messages[] text or text blocks | messages[] with the same role |
+#: | assistant tool_use blocks | assistant tool_calls (arguments as JSON text) |
+#: | user tool_result blocks | one message of role tool per block |
+#: | stop_sequences, temperature, top_p, max_tokens | stop, temperature, top_p, max_tokens |
+#: | tools[] {name, description, input_schema} | tools[] of type function |
+#: | tool_choice auto, any, none, tool | auto, required, none, {type: function, function: {name}} |
+#: | metadata.user_id | user |
+#: | anything else (top_k, thinking, images, documents, cache_control on a block ...) | refused |
+_BACK_HANDLED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "metadata",
+    }
+)
+_CHOICE_BACK = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def _blocks_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise Unconvertible(f"{where} must be text or a list of blocks")
+    texts = []
+    for n, block in enumerate(content):
+        if not isinstance(block, dict) or block.get("type") != "text" or set(block) - {"type", "text"}:
+            kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+            raise Unconvertible(f"{where}[{n}] of type {kind!r} has no OpenAI equal here (text blocks only)")
+        texts.append(str(block.get("text", "")))
+    return "".join(texts)
+
+
+def _back_message(message: Any, n: int) -> list[dict[str, Any]]:
+    where = f"messages[{n}]"
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        raise Unconvertible(f"{where} must be a user or assistant message")
+    role, content = message["role"], message.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise Unconvertible(f"{where}.content must be text or a list of blocks")
+    kinds = {b.get("type") for b in content if isinstance(b, dict)}
+    if role == "assistant" and "tool_use" in kinds:
+        text = _blocks_text([b for b in content if b.get("type") != "tool_use"], f"{where}.content")
+        calls = [
+            {
+                "id": str(b.get("id", "")),
+                "type": "function",
+                "function": {"name": str(b.get("name", "")), "arguments": orjson.dumps(b.get("input") or {}).decode()},
+            }
+            for b in content
+            if b.get("type") == "tool_use"
+        ]
+        return [{"role": "assistant", "content": text or None, "tool_calls": calls}]
+    if role == "user" and "tool_result" in kinds:
+        out = []
+        for k, b in enumerate(content):
+            if b.get("type") != "tool_result" or b.get("is_error"):
+                raise Unconvertible(f"{where}.content[{k}]: a tool_result turn holds only (non-error) tool results")
+            text = _blocks_text(b.get("content", ""), f"{where}.content[{k}].content")
+            out.append({"role": "tool", "tool_call_id": str(b.get("tool_use_id", "")), "content": text})
+        return out
+    return [{"role": role, "content": _blocks_text(content, f"{where}.content")}]
+
+
+def to_openai(params: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI chat body for Anthropic Messages params (the table above), or Unconvertible naming what."""
+    extra = sorted(k for k in params if k not in _BACK_HANDLED)
+    if extra:
+        raise Unconvertible(f"params keys {extra} have no OpenAI equal")
+    metadata = params.get("metadata") or {}
+    if not isinstance(metadata, dict) or set(metadata) - {"user_id"}:
+        raise Unconvertible("metadata may only hold user_id")
+    messages: list[dict[str, Any]] = []
+    if params.get("system"):
+        messages.append({"role": "system", "content": _blocks_text(params["system"], "system")})
+    raw = params.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise Unconvertible("messages must be a non-empty list")
+    for n, message in enumerate(raw):
+        messages.extend(_back_message(message, n))
+    body: dict[str, Any] = {"model": params.get("model"), "messages": messages}
+    if params.get("max_tokens") is not None:
+        body["max_tokens"] = params["max_tokens"]
+    if params.get("stop_sequences"):
+        body["stop"] = list(params["stop_sequences"])
+    for key in ("temperature", "top_p"):
+        if params.get(key) is not None:
+            body[key] = params[key]
+    if params.get("tools"):
+        tools = []
+        for n, tool in enumerate(params["tools"]):
+            if not isinstance(tool, dict) or tool.get("type", "custom") != "custom" or "name" not in tool:
+                raise Unconvertible(f"tools[{n}] is not a client tool with a name and input_schema")
+            function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
+            if tool.get("description"):
+                function["description"] = tool["description"]
+            tools.append({"type": "function", "function": function})
+        body["tools"] = tools
+    choice = params.get("tool_choice")
+    if choice is not None:
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind in _CHOICE_BACK:
+            body["tool_choice"] = _CHOICE_BACK[kind]
+        elif kind == "tool":
+            body["tool_choice"] = {"type": "function", "function": {"name": str(choice.get("name", ""))}}
+        else:
+            raise Unconvertible(f"tool_choice {choice!r} has no OpenAI equal")
+    if metadata.get("user_id"):
+        body["user"] = str(metadata["user_id"])
+    return body
