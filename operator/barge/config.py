@@ -67,6 +67,13 @@ class OperatorConfig:
     admission_backoff_seconds: float = 60.0
     """First wait after a token_limit_exceeded answer, doubled with each one in a row up to 30 min
     (BARGE_ADMISSION_BACKOFF_SECONDS)."""
+    focus_export_url: str = ""
+    """Where the daily FOCUS 1.2 cost file goes (BARGE_FOCUS_EXPORT_URL, the chart's reports.focus.url): a folder
+    URL (file://, s3://, az://) that gets focus-1.2-YYYY-MM-DD.csv for each UTC day; empty: no export."""
+    focus_export_seconds: float = 86400.0
+    """Seconds between exports (BARGE_FOCUS_EXPORT_SECONDS); each writes the previous UTC day's file whole."""
+    focus_export_period: str = "hour"
+    """Charge period of the exported rows, hour or day (BARGE_FOCUS_EXPORT_PERIOD)."""
     planner_memory_mb: int = 256
     """Address space of each job's planner process, which renders the templates (BARGE_PLANNER_MEMORY_MB)."""
     operator_reserve_mb: int = 384
@@ -134,6 +141,9 @@ class OperatorConfig:
                 env.get("BARGE_ADMISSION_BACKOFF_SECONDS", cls.admission_backoff_seconds)
             ),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
+            "focus_export_url": env.get("BARGE_FOCUS_EXPORT_URL", cls.focus_export_url),
+            "focus_export_seconds": float(env.get("BARGE_FOCUS_EXPORT_SECONDS", cls.focus_export_seconds)),
+            "focus_export_period": env.get("BARGE_FOCUS_EXPORT_PERIOD", cls.focus_export_period),
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),
             "worker_image": env.get("BARGE_WORKER_IMAGE", cls.worker_image),
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
@@ -166,6 +176,8 @@ class OperatorConfig:
             raise ValueError("output expiry must be 14..30 days (what Azure accepts; OpenAI accepts it too)")
         if config.peering_lifetime < 2:
             raise ValueError("peering lifetime must be at least 2 seconds")
+        if config.focus_export_period not in ("hour", "day") or config.focus_export_seconds <= 0:
+            raise ValueError("FOCUS export: the period must be hour or day and the interval positive")
         return config
 
 

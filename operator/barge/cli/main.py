@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from barge import __version__
+from barge.cli.report import report_app
 
 # Each command imports what it needs when it runs: `barge run` starts without the emulator's web server, the
 # generators or the operator config (about a second of imports, measured, that every command waited for).
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 ledger_app = typer.Typer(no_args_is_help=True, help="Maintenance of the ledger.")
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(report_app, name="report")
 
 
 @app.command()
@@ -39,13 +41,15 @@ def crds(
     chart: Annotated[
         Path | None, typer.Option(help="Also write the chart's CRD templates and RBAC rules (charts/barge).")
     ] = None,
-    readme: Annotated[Path | None, typer.Option(help="Also update the README's values and RBAC tables.")] = None,
+    docs: Annotated[
+        Path | None, typer.Option(help="Also write the site's reference pages (docs/reference; needs --chart).")
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="Fail if the files on disk differ; write nothing.")] = False,
 ) -> None:
-    """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the README's tables) from barge.api and barge.k8s."""
+    """Generate crds/*.yaml (and the chart's CRDs and RBAC, and the site's reference pages) from the code."""
     from barge.cli import generate
 
-    files = generate.generated_files(out, chart, readme)
+    files = generate.generated_files(out, chart, docs, app)
     if check:
         stale = generate.stale(files)
         if stale:
@@ -135,7 +139,9 @@ def run(
 ) -> None:
     """Run an LLMBatchJob manifest to completion locally; rerunning the same command resumes it.
 
-    Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid.
+    Exit 0 when the job Succeeded, 1 when it Failed, 2 when the manifest is invalid, 3 when it cannot go on without
+    a person (not admitted: no price for a budgeted model, a template that does not compile, a policy's refusal; or
+    over its budget): the reason and message are printed. While it waits (planning) each progress line says why.
     """
     from barge.batch.job import EngineSettings
     from barge.cli import local
@@ -181,8 +187,7 @@ def gateway(
     import os
 
     from barge.config import load_policy
-    from barge.gateway.app import serve
-    from barge.gateway.server import GatewaySettings
+    from barge.gateway.server import GatewaySettings, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     policy = load_policy(
@@ -217,6 +222,14 @@ def operator(
     BARGE_PEERING_PRIORITY, BARGE_PEERING_LIFETIME.
     Watches every namespace when none is named.
     """
+    from barge.operator import ports
+
+    if metrics_port:  # first, before Kopf's imports: a taken port is an exit naming it, not a retried activity
+        try:
+            ports.listen(metrics_port).close()
+        except ports.PortUnavailable as exc:
+            typer.echo(f"barge operator: {exc}", err=True)
+            raise typer.Exit(1) from exc
     from barge.config import OperatorConfig, peering_priority
     from barge.operator.main import run as run_operator
 

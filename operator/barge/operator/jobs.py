@@ -50,6 +50,7 @@ from barge.providers import BatchProvider, ProviderError, make_provider
 from barge.storage import read_lines
 
 log = logging.getLogger("barge.operator")
+HELD_REASON = "HeldBySchedule"
 PLURAL = "llmbatchjobs"
 Poster = Callable[[str, str, str], None]
 
@@ -237,7 +238,9 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
         held_by = (body["metadata"].get("annotations") or {}).get(schedule.HELD)
         if held_by:  # a schedule's run waiting for the previous one to end (concurrencyPolicy Hold)
             message = f"held by LLMBatchSchedule {held_by!r} until its previous run is terminal"
-            held = status_.admitted_false(current.get("conditions", []), "HeldBySchedule", message, generation)
+            if await _held_past_deadline(ctx, meta, body, message, current, generation, post):
+                return  # Failed, DeadlineExceeded: released too late to run
+            held = status_.admitted_false(current.get("conditions", []), HELD_REASON, message, generation)
             current = await _write(ctx, meta, current, {**held, "phase": "Queued"})
             await stopped.wait(interval)
             continue
@@ -371,6 +374,19 @@ async def _ledger_row(ctx: Context, key: str) -> dict[str, Any] | None:
         return await asyncio.to_thread(ctx.ledger.job, key)
     except Exception:  # the ledger may be what is failing
         return None
+
+
+async def _held_past_deadline(
+    ctx: Context, meta: dict[str, Any], body: Any, message: str, current: dict[str, Any], generation: int, post: Poster
+) -> bool:
+    """A schedule's held run whose spec.deadline passes before its previous run ends fails like any job that
+    could not make progress (phase Failed, DeadlineExceeded; nothing was sent). True: the daemon ends."""
+    try:
+        spec = LLMBatchJobSpec.model_validate(dict(body["spec"]))
+    except ValidationError:
+        return False  # reported as InvalidSpec once released
+    fault = faults.StepFault(HELD_REASON, message, transient=False, admission=True)
+    return await _deadline(ctx, meta, spec, fault, current, generation, post)
 
 
 async def _deadline(
