@@ -187,7 +187,8 @@ def gateway(
     import os
 
     from barge.config import load_policy
-    from barge.gateway.server import GatewaySettings, serve
+    from barge.gateway.app import serve
+    from barge.gateway.server import GatewaySettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     policy = load_policy(
