@@ -76,6 +76,12 @@ class CascadeRunner(JobRunner):
                 "what it finishes after this job's deadline is not taken",
                 "Warning",
             )
+        if up.phase == "Deleted":
+            self.closed = True
+            self.on_event(
+                "UpstreamDeleted", f"LLMBatchJob {up.name!r} was deleted: what was taken is finished", "Warning"
+            )
+            return
         found = await asyncio.to_thread(wave, self.ledger, key, up, self.selector, spec.input.id_field)
         if found.chosen or found.invalid:
             await asyncio.to_thread(self._check_room, row, found)

@@ -10,6 +10,9 @@ What the downstream's status says, and why:
 | the upstream does not exist (yet) or its spec is invalid | WaitingForUpstream | the deadline  |
 | the upstream has no final result yet              | WaitingForUpstream    | it has one       |
 
+An upstream deleted after this job took from it closes this job's input: what was taken is finished (event
+UpstreamDeleted), and the job is judged on it.
+
 Everything is read in this job's namespace only: the upstream's input and results.jsonl under the upstream's own
 admitted storage policy (the same namespace, so the same tenant prefixes and credential rules).
 """
@@ -35,7 +38,7 @@ from barge.cascade.source import FINAL, Upstream
 from barge.operator import admission
 from barge.operator.kube import GROUP, VERSION
 from barge.policy import Refused
-from barge.storage import read_lines
+from barge.storage import StoragePolicy, read_lines
 
 if TYPE_CHECKING:
     from barge.operator.jobs import Context
@@ -60,6 +63,12 @@ async def prepare(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, job
     if source.name == meta["name"]:
         raise Refused("CascadeLoop", "spec.input.fromJob.name is this job itself")
     body = await _get(ctx, namespace, source.name)
+    if body is None and (await asyncio.to_thread(ctx.ledger.job, job.key) or {}).get("planned"):
+        # deleted after this job took from it: what was taken is finished, nothing more can come
+        gone = Upstream(source.name, "", "Deleted", True, "", StoragePolicy(), inline_lines([]))
+        return replace(job, lines=inline_lines([])), functools.partial(
+            CascadeRunner, upstream=gone, selector=Selector.compile(source)
+        )
     if body is None:
         raise Refused(WAITING, f"waiting for LLMBatchJob {source.name!r}: not found in namespace {namespace!r}")
     try:
