@@ -109,6 +109,9 @@ def emulator(
 def plan(
     manifest: Annotated[Path, typer.Argument(help="LLMBatchJob or LLMBatchSchedule manifest (YAML).")],
     runs: Annotated[int, typer.Option(help="LLMBatchSchedule: how many upcoming runs to list.", min=1)] = 5,
+    sample: Annotated[
+        Path | None, typer.Option(help="A pipeline: upstream results (results.jsonl) to evaluate select on.")
+    ] = None,
 ) -> None:
     """Validate a manifest and print its plan; submits nothing.
 
@@ -117,7 +120,7 @@ def plan(
     """
     from barge.cli import schedule_plan
 
-    schedule_plan.plan_any(manifest, runs)
+    schedule_plan.plan_any(manifest, runs, sample=sample)
 
 
 @app.command()

@@ -30,13 +30,12 @@ from barge.batch import faults, prices
 from barge.batch.bounded import bound
 from barge.batch.job import EngineSettings, Job
 from barge.batch.planner import PlanLimits
-from barge.batch.runner import JobRunner
 from barge.batch.snapshot import Snapshot
 from barge.config import OperatorConfig
 from barge.k8s import schedule
 from barge.ledger import Ledger, lifetime
 from barge.ledger import quota as ledger_quota
-from barge.operator import admission, faultstatus, metrics, pools
+from barge.operator import admission, faultstatus, fromjob, metrics, pools
 from barge.operator import quota as quota_
 from barge.operator import status as status_
 from barge.operator.cache import ClientSpec, Watched
@@ -313,6 +312,7 @@ async def _step(
     admitted = await admission.admit(ctx.kube, ctx.config.policy, meta["namespace"], spec)
     target = await target_for(ctx, meta["namespace"], spec)
     job = await build_job(ctx, meta, spec, target.model, admitted, status, target.price)
+    job, runner_class = await fromjob.prepare(ctx, meta, spec, job)  # spec.input.fromJob: the cascade
     gate = _gate(ctx, meta, spec, job, target)
 
     async def step(engine: EngineLoop) -> Snapshot:
@@ -323,7 +323,7 @@ async def _step(
             contextlib.nullcontext() if planned else engine.planning.hold(job.tenant),
             engine.clients.lease(target.provider) as provider,
         ):
-            runner = JobRunner(
+            runner = runner_class(
                 job,
                 provider,
                 ctx.ledger,
