@@ -9,8 +9,10 @@ import orjson
 import pytest
 
 from barge.api.batchjob import LLMBatchJob
-from barge.gateway import batches
+from barge.gateway import anthropic_api, batches
+from barge.gateway.anthropic_api import convert, result_line
 from barge.gateway.files import Check, TooLarge
+from barge.gateway.server import HttpError
 
 
 def job(phase: str | None, *, cancelled: bool = False, deadline: bool = False, **counts: int) -> dict[str, Any]:
@@ -114,3 +116,47 @@ def test_the_upload_check_stops_past_the_line_limit() -> None:
     check.line(good("b"))
     with pytest.raises(TooLarge):
         check.line(good("c"))
+
+
+# --- the Anthropic face (gateway/anthropic_api.py) ----------------------------------------------------------------
+def test_anthropic_batch_object_by_state() -> None:
+    running = anthropic_api.batch_object(job("Running", total=4, submitted=3, succeeded=1))
+    assert running["processing_status"] == "in_progress"
+    assert running["request_counts"] == {"processing": 3, "succeeded": 1, "errored": 0, "canceled": 0, "expired": 0}
+    assert running["results_url"] is None
+    cancelled = anthropic_api.batch_object(job("Suspended", cancelled=True, total=4, succeeded=1, invalid=1))
+    assert cancelled["processing_status"] == "ended"
+    assert cancelled["request_counts"] == {"processing": 0, "succeeded": 1, "errored": 1, "canceled": 2, "expired": 0}
+    assert cancelled["results_url"] == f"/v1/messages/batches/{cancelled['id']}/results"
+    assert cancelled["id"].startswith("msgbatch_")
+    expired = anthropic_api.batch_object(job("Failed", deadline=True, total=3, succeeded=1))
+    assert expired["request_counts"]["expired"] == 2
+
+
+def test_anthropic_result_lines() -> None:
+    ok = result_line({"id": "a", "status": "succeeded", "output": "hi", "usage": {"input_tokens": 3}}, "m")
+    assert ok["result"]["type"] == "succeeded"
+    assert ok["result"]["message"]["content"] == [{"type": "text", "text": "hi"}]
+    assert ok["result"]["message"]["usage"]["input_tokens"] == 3
+    refused = result_line({"id": "b", "status": "refused", "output": "no"}, "m")
+    assert refused["result"]["message"]["stop_reason"] == "refusal"
+    bad = result_line({"id": "c", "status": "invalid", "reason": "bad body"}, "m")
+    assert bad["result"] == {
+        "type": "errored",
+        "error": {"type": "error", "error": {"type": "invalid_request_error", "message": "bad body"}},
+    }
+
+
+def test_anthropic_convert_takes_one_alias_and_the_largest_cap() -> None:
+    params = {"model": "pool-a", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
+    lines, model, cap = convert(
+        [{"custom_id": "1", "params": params}, {"custom_id": "2", "params": {**params, "max_tokens": 30}}]
+    )
+    assert (model, cap) == ("pool-a", 30)
+    assert orjson.loads(lines[1])["body"] == {
+        "model": "pool-a",
+        "messages": [{"role": "user", "content": "x"}],
+        "max_tokens": 30,
+    }
+    with pytest.raises(HttpError, match=r"requests\[0\]: params.max_tokens"):
+        convert([{"custom_id": "1", "params": {**params, "max_tokens": 0}}])
