@@ -40,11 +40,13 @@ def submissions(emu: EmulatorThread) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_broken_outputs_are_retried_then_failed(start_emulator: Factory, tmp_path: Path, kind: str) -> None:
+async def test_broken_outputs_are_retried_then_failed(
+    start_emulator: Factory, tmp_path: Path, kind: str, ledger_url: str
+) -> None:
     emu = start_emulator({"batch": {"outcomes": {"schema_violation": 0.5}}})
     request = {"system": "Classify.", "template": "{{ text }}", "maxTokens": 200, "responseFormat": FORMAT}
     job = make_job(tmp_path, kind, 60, request=request, retry={"maxAttempts": 3})
-    runner = JobRunner(job, provider_for(kind, emu.url), Ledger(str(tmp_path / "ledger.db")), prices.load(), FAST)
+    runner = JobRunner(job, provider_for(kind, emu.url), Ledger(ledger_url), prices.load(), FAST)
     snap = await run_to_end(runner)
     ok, bad = outputs(tmp_path)
     assert len(ok) + len(bad) == 60
@@ -66,7 +68,10 @@ async def test_broken_outputs_are_retried_then_failed(start_emulator: Factory, t
     assert any(by_id[r["id"]] > 1 for r in ok), "some items did better on a later try"
     assert snap.counts["invalidOutput"] == len(bad)
     assert snap.counts["failed"] == len(bad)
-    # the last broken answer of a failed item was paid for: counted beside the results' usage
+    # every answer was paid for, the broken ones too (retried or failed): the job counts what the provider billed
+    billed = [ans for batch in emu.store.batches.values() for _, ans in batch.answers()]
+    assert snap.usage["outputTokens"] == sum(ans.output_tokens for ans in billed)
+    assert snap.usage["inputTokens"] == sum(ans.input_tokens for ans in billed)
     assert snap.usage["outputTokens"] > sum(r["usage"]["output_tokens"] for r in ok)
     assert snap.phase in ("Succeeded", "Failed")
 
@@ -86,6 +91,8 @@ async def test_broken_outputs_on_the_synchronous_path_fail_after_the_tries(
     assert emu.store.sync_requests == 4 * FAST.sync_tries  # every try asked again, none past them
     assert snap.counts["invalidOutput"] == 4
     assert snap.usage["outputTokens"] > 0, "the broken answers were paid for"
+    per_answer = snap.usage["outputTokens"] // emu.store.sync_requests  # the emulator's answers are alike
+    assert snap.usage["outputTokens"] == per_answer * 4 * FAST.sync_tries, "every try's answer is counted"
 
 
 def _arguments(line: dict[str, Any], kind: str) -> Any:

@@ -70,8 +70,9 @@ def _row(result: Result, attempts: int, max_attempts: int) -> Row:
         usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
         return (result.custom_id, "succeeded", "", "", attempts + 1, "batch", result.text, *usage)
     change = route(result, attempts, max_attempts)
-    # a refusal is a result; an answer that broke the schema for the last time is a failure that was paid for
-    if result.outcome is Outcome.REFUSED or (result.outcome is Outcome.INVALID_OUTPUT and change.state == "failed"):
+    # a refusal is a result; an answer that broke the schema was paid for, retried or not: its usage goes to the
+    # batch (a pending item may keep a failed attempt's usage: ledger/moves.py moves it all the same)
+    if result.outcome is Outcome.REFUSED or result.outcome is Outcome.INVALID_OUTPUT:
         usage = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
         return (
             change.custom_id,
