@@ -124,8 +124,9 @@ def operator(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFactor
     helm(node, "upgrade", "--install", "barge", str(REPO / "charts" / "barge"), "-n", OPERATOR_NAMESPACE,
          "--create-namespace", "-f", str(values_file), "--wait", "--timeout", "5m")  # fmt: skip
     yield {"data": data}
+    # the jobs and the pool first, while the operator can still remove their finalizers
+    node.run_kubectl("delete", "namespace", NS, "--wait=true", "--timeout=120s", check=False)
     helm(node, "uninstall", "barge", "-n", OPERATOR_NAMESPACE, "--wait", "--timeout", "3m")
-    node.run_kubectl("delete", "namespace", NS, "--wait=false", check=False)
 
 
 def test_an_engine_pool_of_barges_image_is_ready_runs_a_pool_job_and_scales_to_zero_and_back(
