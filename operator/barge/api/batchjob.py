@@ -47,6 +47,10 @@ RESERVED_PARAMS = ("model", "max_tokens", "max_completion_tokens", "messages", "
 #: the pool's), and `max_tokens` / `max_completion_tokens` may only lower spec.request.maxTokens, which prices the job.
 PASSTHROUGH_RESERVED = ("custom_id", "n", "stream", "stream_options")
 RequestMode = Literal["template", "passthrough"]
+#: What each request asks for: a chat completion, or the embedding of the rendered text (providers/encoding.py).
+Endpoint = Literal["chat", "embeddings"]
+#: Providers with a batch embeddings endpoint; any other is refused at admission (Admitted=False, InvalidSpec).
+EMBEDDINGS_PROVIDERS = ("openai", "azure-openai", "openai-compatible", "pool")
 
 #: Spec fields that may change after creation; everything else is fixed like a Job's pod template.
 MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget", "retention", "priority")
@@ -274,6 +278,37 @@ class RequestSpec(Model):
         "valid one is written as output_json beside output; one that is not is an invalid_output, retried up "
         "to retry.maxAttempts, then failed (failures.jsonl names the validation error).",
     )
+    endpoint: Endpoint = Field(
+        "chat",
+        description="chat: each item is a chat completion. embeddings: each item is the embedding of the rendered "
+        "template (one input per request; system, maxTokens and responseFormat unused): results.jsonl carries the "
+        "vector as `embedding` and the input tokens as usage. OpenAI, Azure OpenAI, openai-compatible and engine "
+        "pools (vLLM) only; Anthropic and Mistral jobs are refused at admission.",
+    )
+    dimensions: int | None = Field(
+        None, ge=1, le=65536, description="embeddings: the vector's length (text-embedding-3 models can shorten it)."
+    )
+    encoding_format: Literal["float", "base64"] | None = Field(
+        None,
+        description="embeddings: float (a JSON list, the default) or base64 (little-endian float32 bytes, ~4x "
+        "smaller in the ledger and results.jsonl).",
+    )
+
+    @model_validator(mode="after")
+    def _check_endpoint(self) -> RequestSpec:
+        if self.endpoint != "embeddings":
+            if self.dimensions is not None or self.encoding_format is not None:
+                raise ValueError("spec.request.dimensions and encodingFormat need spec.request.endpoint embeddings")
+            return self
+        if self.mode == "passthrough":
+            raise ValueError(
+                "spec.request.endpoint embeddings renders its input from template: mode passthrough sends chat bodies"
+            )
+        if self.response_format is not None:
+            raise ValueError("spec.request.responseFormat asks for a chat answer; an embeddings job has none")
+        if "input" in self.params:
+            raise ValueError("spec.request.params may not set input: the template renders each item's input")
+        return self
 
     @model_validator(mode="after")
     def _check_params(self) -> RequestSpec:
@@ -425,6 +460,15 @@ class LLMBatchJobSpec(Model):
     retention: RetentionSpec = Field(
         default_factory=RetentionSpec, description="What is deleted at the provider after ingestion."
     )
+
+    @model_validator(mode="after")
+    def _check_embeddings_provider(self) -> LLMBatchJobSpec:
+        if self.request.endpoint == "embeddings" and self.provider.type not in EMBEDDINGS_PROVIDERS:
+            raise ValueError(
+                f"spec.request.endpoint embeddings is not offered by {self.provider.type}: its batch API has no "
+                f"embeddings endpoint; use one of {', '.join(EMBEDDINGS_PROVIDERS)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_custom_id(self) -> LLMBatchJobSpec:

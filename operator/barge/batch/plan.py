@@ -45,6 +45,9 @@ class RequestFactory:
             params=dict(self.spec.params),
             response_format=self._response_format,
             passthrough=self.spec.mode == "passthrough",
+            endpoint=self.spec.endpoint,
+            dimensions=self.spec.dimensions,
+            encoding_format=self.spec.encoding_format,
         )
 
     @property
@@ -53,6 +56,8 @@ class RequestFactory:
         return None if fmt is None else ResponseFormat(fmt.name, fmt.json_schema)
 
     def estimate(self, user: str) -> int:
+        if self.spec.endpoint == "embeddings":  # the input alone: no system prompt is sent
+            return estimate_tokens(user)
         return estimate_tokens(self.spec.system + user)
 
     def line_encoder(self, encode: Callable[[Request], bytes]) -> Callable[[str, str], bytes]:

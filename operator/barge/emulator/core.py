@@ -71,6 +71,8 @@ class Item:
     """The schema a response_format / output_config.format asks the answer to follow (emulator/structured.py)."""
     tool: Tool | None = None
     """The tool a tool_choice forces: the answer is a call to it."""
+    embedding: tuple[int, str] | None = None
+    """An embeddings request's (dimensions, 0 for the model's own; encoding_format): answered with a vector."""
 
 
 def item_from_messages(custom_id: str, params: dict[str, Any], line: int = 0) -> Item:

@@ -27,6 +27,9 @@ from barge.emulator.core import (
     sync_call,
     valid_custom_id,
 )
+from barge.emulator.embeddings import EMBEDDINGS_URLS, embedding_json, item_from_embeddings, sync_item
+from barge.emulator.embeddings import read_body as read_embeddings
+from barge.emulator.embeddings import routes as embeddings_routes
 from barge.emulator.openai_files import list_files
 from barge.emulator.openai_shapes import (
     CHAT_URLS,
@@ -126,8 +129,12 @@ async def file_content(request: web.Request) -> web.StreamResponse:
     return await stream_bytes(request, batch.rendered(meta["kind"], render), "application/octet-stream")
 
 
-def _validate_lines(data: bytes, provider: ProviderName) -> tuple[list[Item], list[dict[str, Any]]]:
-    """Parse an input file; returns the items and the batch-level validation errors (empty when valid)."""
+def _validate_lines(
+    data: bytes, provider: ProviderName, endpoint: str = "/v1/chat/completions"
+) -> tuple[list[Item], list[dict[str, Any]]]:
+    """Parse an input file; returns the items and the batch-level validation errors (empty when valid). Every
+    line must POST to the batch's `endpoint` (chat completions, or embeddings)."""
+    urls = EMBEDDINGS_URLS if endpoint in EMBEDDINGS_URLS else CHAT_URLS
     items: list[Item] = []
     errors: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -156,13 +163,16 @@ def _validate_lines(data: bytes, provider: ProviderName) -> tuple[list[Item], li
             fail("duplicate_custom_id", n, f"The custom_id {custom_id!r} is used more than once.", "custom_id")
             continue
         seen.add(custom_id)
-        if obj.get("method") != "POST" or obj.get("url") not in CHAT_URLS:
-            fail("url_mismatch", n, "Every line must POST to the batch's endpoint (/v1/chat/completions).", "url")
+        if obj.get("method") != "POST" or obj.get("url") not in urls:
+            fail("url_mismatch", n, f"Every line must POST to the batch's endpoint ({endpoint}).", "url")
             continue
         if obj["body"].get("stream"):
             fail("invalid_request", n, "stream is not supported in batches.", "body.stream")
             continue
-        item = item_from_messages(custom_id, obj["body"], line=n)
+        if urls is EMBEDDINGS_URLS:
+            item = item_from_embeddings(custom_id, obj["body"], line=n)
+        else:
+            item = item_from_messages(custom_id, obj["body"], line=n)
         models.add(item.model)
         items.append(item)
     if len(models) > 1:
@@ -212,9 +222,11 @@ async def create_batch(request: web.Request) -> web.Response:
     if meta is None or meta["kind"] != "input":
         return error(400, f"Invalid input_file_id: {file_id!r}", param="input_file_id")
     endpoint = body.get("endpoint")
-    if endpoint not in CHAT_URLS:
+    if endpoint not in CHAT_URLS + EMBEDDINGS_URLS:
         return error(
-            400, f"Unsupported endpoint {endpoint!r}; the emulator serves /v1/chat/completions", param="endpoint"
+            400,
+            f"Unsupported endpoint {endpoint!r}; the emulator serves /v1/chat/completions and /v1/embeddings",
+            param="endpoint",
         )
     window = body.get("completion_window")
     if window != "24h" and not (request.path.startswith("/groq/") and groq_window(window)):
@@ -238,7 +250,7 @@ async def create_batch(request: web.Request) -> web.Response:
         )
     if store.profile.batch.create_seconds:
         await asyncio.sleep(store.profile.batch.create_seconds)
-    items, errors = _validate_lines(meta["data"], provider)
+    items, errors = _validate_lines(meta["data"], provider, endpoint)
     limit = store.profile.batch.azure_enqueued_token_limit
     if provider == "azure" and limit and not errors:
         now = store.clock()
@@ -363,6 +375,35 @@ async def chat_completion(request: web.Request) -> web.Response:
     return answer_response(payload, ans, store.sync_requests)
 
 
+async def embeddings(request: web.Request) -> web.Response:
+    """A synchronous embeddings call (OpenAI /v1/embeddings, Azure's deployment path): the emulator's quota,
+    latency and faults as for chat, then one deterministic vector per input."""
+    store = store_of(request)
+    if store.profile.billing_error:
+        return billing_error()
+    body = await _json_object(request)
+    if isinstance(body, web.Response):
+        return body
+    if "deployment" in request.match_info:
+        body.setdefault("model", request.match_info["deployment"])
+    asked = read_embeddings(body)
+    if isinstance(asked, str):
+        return error(400, asked)
+    texts, dims, encoding = asked
+    outcome = await sync_call(request.app, sync_item(body, texts))
+    if isinstance(outcome, float):
+        return error(
+            429,
+            "Rate limit reached for requests",
+            type_="requests",
+            code="rate_limit_exceeded",
+            headers={"retry-after": str(max(1, round(outcome)))},
+        )
+    if outcome == "server_error":
+        return error(500, "The server had an error while processing your request.", type_="server_error")
+    return web.json_response(embedding_json(str(body["model"]), texts, dims, encoding))
+
+
 def routes() -> list[web.RouteDef]:
     out = []
     for prefix in ("/v1", "/openai"):
@@ -381,5 +422,6 @@ def routes() -> list[web.RouteDef]:
         web.post("/v1/chat/completions", chat_completion),
         web.post("/openai/chat/completions", chat_completion),
         web.post("/openai/deployments/{deployment}/chat/completions", chat_completion),
+        *embeddings_routes(embeddings),
     ]
     return out

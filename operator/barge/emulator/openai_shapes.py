@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from barge.emulator import embeddings
 from barge.emulator.core import (
     BATCH_EXPIRY_SECONDS,
     STORE,
@@ -153,7 +154,10 @@ def batch_json(store: Store, batch: Batch, now: float) -> dict[str, Any]:
 def output_line(batch: Batch, item: Item, ans: Answer, index: int) -> dict[str, Any]:
     request_id = f"req_{batch.id}_{index}"
     line: dict[str, Any] = {"id": f"batch_req_{batch.id}_{index}", "custom_id": item.custom_id}
-    if is_output(ans):
+    if is_output(ans) and item.embedding is not None:  # a /v1/embeddings line (emulator/embeddings.py)
+        body = embeddings.item_answer_json(item, ans)
+        line |= {"response": {"status_code": 200, "request_id": request_id, "body": body}, "error": None}
+    elif is_output(ans):
         body = completion_json(item, ans, f"chatcmpl-{batch.id}-{index}", batch.end_at)
         line |= {"response": {"status_code": 200, "request_id": request_id, "body": body}, "error": None}
     elif ans.outcome == "invalid_request":

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from barge.emulator import embeddings as emb
 from barge.emulator import openai_shapes
 from barge.emulator.core import STORE, answer, answer_response, item_from_messages
 
@@ -98,6 +99,36 @@ async def chat(request: web.Request) -> web.Response:
     )
 
 
+async def embeddings(request: web.Request) -> web.Response:
+    """vLLM's OpenAI /v1/embeddings (an embedding model served with --task embed): one vector per input, from
+    emulator/embeddings.py, through the same slots as chat."""
+    vllm = request.app[VLLM]
+    store = request.app[STORE]
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return openai_shapes.error(400, "We could not parse the JSON body of your request.")
+    if not isinstance(body, dict):
+        return openai_shapes.error(400, "The body must be a JSON object.")
+    if body.get("model") != vllm.model:
+        return openai_shapes.error(404, f"The model `{body.get('model')}` does not exist.", type_="NotFoundError")
+    asked = emb.read_body(body)
+    if isinstance(asked, str):
+        return openai_shapes.error(400, asked)
+    vllm.waiting += 1
+    async with vllm.slots:
+        vllm.waiting -= 1
+        vllm.running += 1
+        try:
+            await asyncio.sleep(store.profile.sync.latency_ms / 1000)
+        finally:
+            vllm.running -= 1
+    if store.sync_outcome() == "server_error":
+        return openai_shapes.error(500, "engine error", type_="InternalServerError")
+    vllm.served += 1
+    return web.json_response(emb.embedding_json(vllm.model, *asked))
+
+
 def key_check(api_key: str) -> Callable[..., Awaitable[web.StreamResponse]]:
     """vLLM's AuthenticationMiddleware: /v1 paths need the bearer key (compared in constant time)."""
     wanted = f"Bearer {api_key}".encode()
@@ -127,5 +158,6 @@ def install(app: web.Application, model: str, max_num_seqs: int, api_key: str | 
             web.get("/v1/models", models),
             web.get("/metrics", metrics),
             web.post("/v1/chat/completions", chat),
+            web.post("/v1/embeddings", embeddings),
         ]
     )

@@ -51,6 +51,10 @@ class Request:
     passthrough: bool = False
     """`user` is a whole chat body in JSON (spec.request.mode passthrough): the encoders send it, with Barge's
     model and max tokens, instead of building messages from `system` and `user`."""
+    endpoint: str = "chat"
+    """spec.request.endpoint: `embeddings` asks for the vector of `user` (with `dimensions`, `encoding_format`)."""
+    dimensions: int | None = None
+    encoding_format: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

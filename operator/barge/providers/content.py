@@ -23,7 +23,7 @@ MARK = "\x01barge-content:"
 #: answer's stop reason may be a list, which no set can be asked about).
 ORDINARY_STOPS = ("end_turn", "stop", None)
 #: The keys a packed output may add to a result line (anything else in it is not written out).
-KEYS = ("content", "tool_calls", "stop_reason", "finish_reason")
+KEYS = ("content", "tool_calls", "stop_reason", "finish_reason", "embedding")
 
 
 def pack(text: str, extra: dict[str, Any]) -> str:
@@ -72,3 +72,8 @@ def openai_output(message: dict[str, Any], finish_reason: Any) -> str:
     if calls is None and finish_reason in ORDINARY_STOPS:
         return pack(text, {})
     return pack(text, {"tool_calls": calls, "finish_reason": finish_reason})
+
+
+def embedding_output(vector: list[Any] | str) -> str:
+    """An embeddings answer's stored output: no text, the vector (a list of floats, or base64 float32) kept."""
+    return pack("", {"embedding": vector})

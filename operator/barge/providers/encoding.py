@@ -15,7 +15,7 @@ import orjson
 
 from barge.api.batchjob import RESERVED_PARAMS
 from barge.providers.base import Request
-from barge.providers.chat_convert import to_anthropic
+from barge.providers.chat_convert import Unconvertible, to_anthropic
 
 CACHE_TTL = "1h"  # a shared system prefix outlives the default 5 minutes inside a long batch
 
@@ -26,7 +26,25 @@ def _body(request: Request) -> tuple[dict[str, Any], int]:
     return body, min(int(body.pop("max_tokens", request.max_tokens)), request.max_tokens)
 
 
+def _no_embeddings(request: Request, provider: str) -> None:
+    """Admission refuses such a job (api/batchjob.py); a line that gets here anyway is invalid, never sent."""
+    if request.endpoint == "embeddings":
+        raise Unconvertible(f"{provider} has no embeddings endpoint (spec.request.endpoint embeddings)")
+
+
+def embeddings_body(request: Request) -> dict[str, Any]:
+    """OpenAI's embeddings body (Azure and vLLM alike): one input, the rendered text."""
+    out = {k: v for k, v in request.params.items() if k not in RESERVED_PARAMS}  # Barge's keys always win
+    out.update({"model": request.model, "input": request.user})
+    if request.dimensions is not None:
+        out["dimensions"] = request.dimensions
+    if request.encoding_format is not None:
+        out["encoding_format"] = request.encoding_format
+    return out
+
+
 def anthropic_params(request: Request) -> dict[str, Any]:
+    _no_embeddings(request, "Anthropic")
     if request.passthrough:
         body, cap = _body(request)
         return to_anthropic(body, request.model, cap)  # Unconvertible: the line is invalid (batch/plan.py)
@@ -53,6 +71,8 @@ def anthropic_params(request: Request) -> dict[str, Any]:
 
 
 def openai_body(request: Request) -> dict[str, Any]:
+    if request.endpoint == "embeddings":
+        return embeddings_body(request)
     if request.passthrough:
         body, cap = _body(request)
         return {**body, "model": request.model, "max_completion_tokens": cap}
@@ -74,6 +94,7 @@ def openai_body(request: Request) -> dict[str, Any]:
 def mistral_body(request: Request) -> dict[str, Any]:
     """Mistral's chat completions body: OpenAI's (messages, response_format) with `max_tokens`, the name Mistral
     has for it. It keeps `model`: the adapter reads a batch job's model from its first line."""
+    _no_embeddings(request, "Mistral")
     body = openai_body(request)
     body["max_tokens"] = body.pop("max_completion_tokens", request.max_tokens)
     return body
@@ -89,8 +110,13 @@ def encode_anthropic(request: Request) -> bytes:
 
 
 def openai_encoder(url: str) -> Callable[[Request], bytes]:
+    """Lines of a batch to `url` (chat completions); an embeddings request's line goes to the embeddings URL of
+    the same API (the batch's endpoint is its lines' URL: openai_provider.create_batch)."""
+    embeddings_url = AZURE_EMBEDDINGS_URL if url == AZURE_URL else OPENAI_EMBEDDINGS_URL
+
     def encode(request: Request) -> bytes:
-        line = {"custom_id": request.custom_id, "method": "POST", "url": url, "body": openai_body(request)}
+        to = embeddings_url if request.endpoint == "embeddings" else url
+        line = {"custom_id": request.custom_id, "method": "POST", "url": to, "body": openai_body(request)}
         return orjson.dumps(line)
 
     return encode
@@ -134,3 +160,7 @@ def encoder(kind: str) -> Callable[[Request], bytes]:
 
 
 OPENAI_URL, AZURE_URL = "/v1/chat/completions", "/chat/completions"
+OPENAI_EMBEDDINGS_URL, AZURE_EMBEDDINGS_URL = "/v1/embeddings", "/embeddings"
+#: OpenAI takes at most 50,000 embedding inputs in one batch: Barge sends one input per request, so the 50,000
+#: requests of an OpenAI shard (OpenAIProvider.max_requests) are that limit.
+MAX_EMBEDDING_INPUTS = 50_000

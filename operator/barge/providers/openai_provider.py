@@ -15,6 +15,7 @@ carry request counts; a shard is at most 50,000 requests and 100 MB (Groq's and 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 from typing import IO, Any, cast
@@ -39,8 +40,8 @@ from barge.providers.base import (
     flatten,
     read_answer,
 )
-from barge.providers.content import MARK, ORDINARY_STOPS, openai_output
-from barge.providers.encoding import AZURE_URL, OPENAI_URL, openai_encoder
+from barge.providers.content import MARK, ORDINARY_STOPS, embedding_output, openai_output
+from barge.providers.encoding import AZURE_EMBEDDINGS_URL, AZURE_URL, OPENAI_EMBEDDINGS_URL, OPENAI_URL, openai_encoder
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
 from barge.providers.upload import LineReader
@@ -60,8 +61,22 @@ def _usage(raw: dict[str, Any] | None) -> Usage:
     return counted(int(raw.get("prompt_tokens") or 0) - cached, int(raw.get("completion_tokens") or 0), cached, 0)
 
 
+def _embedding_result(custom_id: str, answer: dict[str, Any]) -> Result:
+    """An embeddings answer: its one vector (a list of numbers, or base64 float32 text) kept as `embedding`."""
+    data = answer.get("data")
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    vector = first.get("embedding")
+    if isinstance(vector, list) and vector and all(type(v) in (float, int) for v in vector):
+        return Result(custom_id, Outcome.SUCCEEDED, embedding_output(vector), _usage(answer.get("usage")))
+    if isinstance(vector, str) and vector:  # encodingFormat base64
+        return Result(custom_id, Outcome.SUCCEEDED, embedding_output(vector), _usage(answer.get("usage")))
+    return Result(custom_id, Outcome.TRANSIENT, error_type="no_embedding", message="the answer holds no vector")
+
+
 def _completion_result(custom_id: str, completion: dict[str, Any]) -> Result:
     # Positional arguments: this runs once per result of a batch (ingestion's hot path).
+    if "choices" not in completion and completion.get("object") == "list":  # an embeddings answer
+        return _embedding_result(custom_id, completion)
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     refusal = message.get("refusal")
@@ -172,6 +187,7 @@ class OpenAIProvider:
     ) -> BatchInfo:
         keep = output_expires_after and not self.compatible  # OpenAI's and Azure's parameter only
         expiry: Any = {"anchor": "created_at", "seconds": output_expires_after} if keep else openai.omit
+        lines, endpoint = self._endpoint_of(lines)
         reader = LineReader(lines)
         # The SDK's retries re-read the file: only a source that can be iterated again may be retried.
         client = self.client if reader.restartable else self._create_client
@@ -182,7 +198,7 @@ class OpenAIProvider:
         try:
             batch = await self._create_client.batches.create(
                 input_file_id=uploaded.id,
-                endpoint=self.url,  # type: ignore[arg-type]
+                endpoint=endpoint,  # type: ignore[arg-type]
                 completion_window="24h",
                 metadata=metadata or None,
                 output_expires_after=expiry,
@@ -193,6 +209,19 @@ class OpenAIProvider:
                 await self._delete_file(uploaded.id)
             raise error from exc
         return _info(batch)
+
+    def _endpoint_of(self, lines: Iterable[bytes]) -> tuple[Iterable[bytes], str]:
+        """The batch's endpoint: its lines' URL (they all share it, spec.request.endpoint being the job's), read
+        from the first line; a one-shot iterator gets that line back in front."""
+        it = iter(lines)
+        first = next(it, None)
+        if it is lines:
+            lines = itertools.chain(() if first is None else (first,), it)
+        elif hasattr(it, "close"):
+            it.close()  # a fresh iterator of a Replay: its ledger read ends here
+        embeddings = AZURE_EMBEDDINGS_URL if self.azure else OPENAI_EMBEDDINGS_URL
+        url = embeddings if first is not None and b'"url":"' + embeddings.encode() + b'"' in first else self.url
+        return lines, url
 
     async def _delete_file(self, file_id: str) -> int:
         """1 if deleted now, 0 if it was already gone (a 404 means exactly that)."""
@@ -267,7 +296,8 @@ class OpenAIProvider:
         # The SDK's documented low-level call: its auth, retries, Azure deployment routing and error types, but no
         # params transform and no response model (two thirds of the CPU the SDK spent per call, bench_sync.py).
         try:
-            response = await self._sync_client.post("/chat/completions", body=body(request), cast_to=httpx2.Response)
+            path = "/embeddings" if request.endpoint == "embeddings" else "/chat/completions"
+            response = await self._sync_client.post(path, body=body(request), cast_to=httpx2.Response)
         except openai.APIError as exc:
             return sync_failure(request.custom_id, from_sdk(exc, openai), exc)
         return read_answer(request.custom_id, response.content, _completion_result)
