@@ -67,6 +67,11 @@ class OperatorConfig:
     admission_backoff_seconds: float = 60.0
     """First wait after a token_limit_exceeded answer, doubled with each one in a row up to 30 min
     (BARGE_ADMISSION_BACKOFF_SECONDS)."""
+    second_door_seconds: float = 900.0
+    """Seconds between scans of the credentials jobs use for batches Barge did not create (BARGE_SECOND_DOOR_SECONDS;
+    0: off)."""
+    second_door_window: float = 86400.0
+    """How far back (seconds) a scan looks at a credential's batches (BARGE_SECOND_DOOR_WINDOW)."""
     focus_export_url: str = ""
     """Where the daily FOCUS 1.2 cost file goes (BARGE_FOCUS_EXPORT_URL, the chart's reports.focus.url): a folder
     URL (file://, s3://, az://) that gets focus-1.2-YYYY-MM-DD.csv for each UTC day; empty: no export."""
@@ -142,6 +147,8 @@ class OperatorConfig:
             ),
             "prices_file": Path(env["BARGE_PRICES"]) if env.get("BARGE_PRICES") else None,
             "focus_export_url": env.get("BARGE_FOCUS_EXPORT_URL", cls.focus_export_url),
+            "second_door_seconds": float(env.get("BARGE_SECOND_DOOR_SECONDS", cls.second_door_seconds)),
+            "second_door_window": float(env.get("BARGE_SECOND_DOOR_WINDOW", cls.second_door_window)),
             "focus_export_seconds": float(env.get("BARGE_FOCUS_EXPORT_SECONDS", cls.focus_export_seconds)),
             "focus_export_period": env.get("BARGE_FOCUS_EXPORT_PERIOD", cls.focus_export_period),
             "prometheus_url": env.get("BARGE_PROMETHEUS_URL", cls.prometheus_url),

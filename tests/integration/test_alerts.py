@@ -54,6 +54,7 @@ REQUIRED = {
     "BargeAdmissionQueueStalled",
     "BargeAdmissionTokenLimitAnswers",
     "BargeAdmissionWaitHigh",
+    "BargeSecondDoorOpen",
 }
 
 
@@ -394,6 +395,15 @@ def spend_and_admission_cases(case: Any, fires: Any) -> list[dict[str, Any]]:
             "BargeAdmissionWaitHigh",
             waits,
             ("10m", fires("BargeAdmissionWaitHigh", claims_pool, WAIT_P90)),
+        ),
+        case(
+            "BargeSecondDoorOpen",
+            [
+                op("barge_provider_foreign_batches", "0 0 2 2", provider="openai", endpoint_hash="3f2a9c", **team),
+                op("barge_provider_foreign_batches", "0 0 0 0", provider="anthropic", endpoint_hash="9d1e", **other),
+            ],
+            ("1m", []),
+            ("2m", fires("BargeSecondDoorOpen", {"provider": "openai", "endpoint_hash": "3f2a9c", **team}, "2")),
         ),
     ]
 

@@ -191,6 +191,7 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
                 "BARGE_POLICY_FILE": str(policy),
                 "BARGE_POLL_SECONDS": "0.5",
                 "BARGE_MIN_BATCH_WINDOW": "0",
+                "BARGE_SECOND_DOOR_SECONDS": "1",  # the credentials' scan exports barge_provider_foreign_batches
             },
         )
         procs.append(operator)

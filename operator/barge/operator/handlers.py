@@ -15,7 +15,7 @@ import kopf
 from barge.batch import prices, zygote
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
-from barge.operator import diffbase, focus_timer, jobs, metrics, pools, ports, purge, schedules
+from barge.operator import diffbase, focus_timer, jobs, metrics, pools, ports, purge, schedules, second_door
 from barge.operator import login as inclusterlogin
 from barge.operator.cache import CachedKube
 
@@ -55,10 +55,12 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             memo["purge"] = asyncio.create_task(purge.run(ctx))
         if config.focus_export_url:
             memo["focus"] = asyncio.create_task(focus_timer.run(ctx))
+        if config.second_door_seconds > 0:
+            memo["doors"] = asyncio.create_task(second_door.run(ctx))
 
     @on.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        for task in ("purge", "lag", "focus"):
+        for task in ("purge", "lag", "focus", "doors"):
             if task in memo:
                 memo[task].cancel()
         if "server" in memo:

@@ -35,7 +35,7 @@ from barge.config import OperatorConfig
 from barge.k8s import schedule
 from barge.ledger import Ledger, lifetime
 from barge.ledger import quota as ledger_quota
-from barge.operator import admission, faultstatus, fromjob, metrics, pools
+from barge.operator import admission, faultstatus, fromjob, metrics, pools, second_door
 from barge.operator import quota as quota_
 from barge.operator import status as status_
 from barge.operator.cache import ClientSpec, Watched
@@ -78,6 +78,8 @@ class Context:
     lags: dict[str, Lag] = field(default_factory=lambda: {"main": Lag()})
     """Event-loop lag per loop: Kopf's (`main`) and the engine loops (barge_event_loop_lag_seconds)."""
     queues: quota_.Queues = field(default_factory=quota_.Queues)
+    doors: second_door.Doors = field(default_factory=second_door.Doors)
+    """Provider credentials jobs use, and the batches on them Barge did not create (operator/second_door.py)."""
     """Per provider deployment, the jobs waiting for its batch quota (operator/quota.py)."""
     _engine: Engine | None = None
 
@@ -311,6 +313,7 @@ async def _step(
     then step on the job's engine loop with a shared provider client."""
     admitted = await admission.admit(ctx.kube, ctx.config.policy, meta["namespace"], spec)
     target = await target_for(ctx, meta["namespace"], spec)
+    ctx.doors.saw(target.provider, admitted.tenant, job_key(meta), post)  # scanned for the second door
     job = await build_job(ctx, meta, spec, target.model, admitted, status, target.price)
     job, runner_class = await fromjob.prepare(ctx, meta, spec, job)  # spec.input.fromJob: the cascade
     gate = _gate(ctx, meta, spec, job, target)
