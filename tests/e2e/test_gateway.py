@@ -4,6 +4,7 @@ LLMBatchJob on an InferencePool that points at `barge emulator`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -116,19 +117,16 @@ def teams(cluster: Cluster, operator: Operator, emu: EmulatorThread) -> dict[str
     return out
 
 
-@pytest.fixture(scope="module")
-def gateway(cluster: Cluster, operator: Operator, teams: dict[str, Team]) -> Iterator[str]:
+@contextlib.contextmanager
+def running_gateway(cluster: Cluster, operator: Operator, **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
-    log = operator.workdir / "gateway.log"
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "BARGE_POLICY_FILE": str(operator.workdir / "policy.yaml"),
-    }
+    log = operator.workdir / f"gateway-{port}.log"
+    policy = str(operator.workdir / "policy.yaml")  # the e2e operator's admin policy: the same prefixes
+    environ = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "BARGE_POLICY_FILE": policy, **env}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "barge.cli", "gateway", "--port", str(port), "--max-upload-bytes", "200000"],
-            env=env,
+            env=environ,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -142,11 +140,18 @@ def gateway(cluster: Cluster, operator: Operator, teams: dict[str, Team]) -> Ite
 
     try:
         wait_for(healthy, 30, "gateway /healthz")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
-        proc.terminate()
-        proc.wait(10)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
         print(log.read_text(errors="replace")[-4000:])
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster: Cluster, operator: Operator, teams: dict[str, Team]) -> Iterator[str]:
+    with running_gateway(cluster, operator) as (url, _):
+        yield url
 
 
 def client(base: str, key: str) -> openai.OpenAI:
@@ -405,3 +410,40 @@ def test_a_model_alias_that_names_no_pool_is_refused_at_create(
     file = upload(oai, tmp_path, [line("a", "hello", model="no-such-pool")])
     with pytest.raises(openai.BadRequestError, match="no-such-pool"):
         oai.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+
+
+def test_a_gateway_killed_after_create_leaves_one_job_that_the_retry_finds(
+    gateway: str, teams: dict[str, Team], cluster: Cluster, operator: Operator, tmp_path: Path
+) -> None:
+    team = teams["globex"]
+    oai = client(gateway, team.token)
+    file = upload(oai, tmp_path, [line(f"k{n}", f"q {n}") for n in range(3)])
+    args: Any = {"input_file_id": file.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    key = {"Idempotency-Key": os.urandom(8).hex()}
+    with running_gateway(cluster, operator, BARGE_FAILPOINT="gateway-after-create") as (doomed, proc):
+        with pytest.raises(openai.APIConnectionError):
+            client(doomed, team.token).batches.create(**args, extra_headers=key)
+        assert proc.wait(10) == -9  # SIGKILLed after the job was created, before it answered
+    labelled = "barge.dev/gateway=openai"
+    before = kubectl_names(cluster, team.namespace, labelled)
+    retry = oai.batches.create(**args, extra_headers=key)  # the application's retry, on a healthy gateway
+    assert f"gw-{retry.id.removeprefix('batch_')}" in before  # the job the killed gateway made
+    assert kubectl_names(cluster, team.namespace, labelled) == before  # and no second one
+    assert ended(oai, retry.id).status == "completed"
+
+
+def test_a_gateway_killed_mid_upload_stores_no_file(
+    gateway: str, teams: dict[str, Team], cluster: Cluster, operator: Operator, tmp_path: Path
+) -> None:
+    team = teams["acme"]
+    before = {f.id for f in client(gateway, team.token).files.list()}
+    with running_gateway(cluster, operator, BARGE_FAILPOINT="gateway-mid-upload") as (doomed, proc):
+        with pytest.raises(openai.APIConnectionError):
+            upload(client(doomed, team.token), tmp_path, [line(f"u{n}", "x" * 500) for n in range(300)])
+        assert proc.wait(10) == -9
+    assert {f.id for f in client(gateway, team.token).files.list()} == before
+
+
+def kubectl_names(cluster: Cluster, namespace: str, selector: str) -> set[str]:
+    out = cluster.run_kubectl("-n", namespace, "get", "lbj", "-l", selector, "-o", "name").stdout
+    return {n.rsplit("/", 1)[-1] for n in out.split()}

@@ -21,6 +21,7 @@ import orjson
 from aiohttp import BodyPartReader, web
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from barge.batch import failpoints
 from barge.gateway import batches, files
 from barge.gateway.auth import Authority, Caller, Forbidden, Unauthorized, token_of
 from barge.gateway.jobs import Jobs
@@ -30,6 +31,9 @@ from barge.policy import Policy
 from barge.storage import StorageError, StoragePolicy, join, read_lines
 
 log = logging.getLogger("barge.gateway")
+#: Failpoints (BARGE_FAILPOINT, batch/failpoints.py): after the batch's job is created, before the answer; and after
+#: the first chunk of an upload is stored.
+AFTER_CREATE, MID_UPLOAD = "gateway-after-create", "gateway-mid-upload"
 CHUNK = 1 << 16
 
 
@@ -172,8 +176,12 @@ class Gateway:
             elif name == "file" and obj is None:
 
                 async def chunks(p: BodyPartReader = part) -> AsyncIterator[bytes]:
+                    first = True
                     while chunk := await p.read_chunk(CHUNK):
                         yield chunk
+                        if not first:
+                            failpoints.hit(MID_UPLOAD)  # the first chunk is on its way to storage
+                        first = False
 
                 file_id = files.new_file_id()
                 obj, check = await files.store_upload(
@@ -336,6 +344,7 @@ class Gateway:
         made: dict[str, Any] | None
         try:
             made = await self.jobs.create(job)
+            failpoints.hit(AFTER_CREATE)  # crash tests: the job exists, the caller never heard of it
         except ApiException as exc:
             if exc.status == 409 and key:
                 made = await self.jobs.get(caller.namespace, str(job["metadata"]["name"]))
