@@ -54,7 +54,7 @@ def test_every_series_an_alert_or_the_dashboard_reads_is_on_the_metrics_page() -
     page = reference.metrics_page()
     listed = set(re.findall(r"^\| `(barge_\w+)` \|", page, re.M))
     text = (CHART / "files" / "alerts.yaml").read_text() + (CHART / "files" / "dashboards" / "barge.json").read_text()
-    used = set(re.findall(r"\bbarge_[a-z_]+", text)) - {"barge_dev"}
+    used = set(re.findall(r"\bbarge_[a-z_]+\b(?!\*)", text))  # `barge_admission_queued_*` names a family
     # A histogram is read through its _bucket/_sum/_count series.
     used = {re.sub(r"_(bucket|sum|count)$", "", name) for name in used}
     assert used, "no series found in the alerts and the dashboard"
