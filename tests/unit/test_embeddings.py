@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import prices
-from barge.batch.plan import RequestFactory
+from barge.batch.plan import RequestFactory, admit_line
+from barge.batch.render import Renderer
 from barge.emulator.embeddings import vector
 from barge.providers import Outcome, Request
 from barge.providers.base import Usage
@@ -124,3 +125,19 @@ def test_embedding_models_are_priced_per_input_token_at_half_in_batch() -> None:
     assert table.cost("text-embedding-3-small", usage, batch=True) == Decimal("0.01")
     assert table.cost("text-embedding-3-large-batch", usage, batch=True) == Decimal("0.065")  # Azure deployment
     assert table.cost("text-embedding-3-small", Usage(output_tokens=10**6), batch=False) == 0
+
+
+def test_a_line_that_reaches_an_encoder_without_embeddings_is_invalid_with_the_reason() -> None:
+    """A pool whose provider is Anthropic passes the spec check (the pool's provider is known only in the cluster):
+    admission makes each line invalid, naming why, and nothing is sent."""
+    parsed = LLMBatchJobSpec.model_validate(spec({"type": "pool", "poolRef": {"name": "p"}}, endpoint="embeddings"))
+    factory = RequestFactory("claude-haiku-4-5", parsed.request)
+    encode = encoder("anthropic")
+    renderer = Renderer(parsed, "2026-12-01", "t")
+    row = admit_line(1, b'{"id": "a", "text": "x"}', renderer, factory, encode, set(), encode_line=None)
+    assert row["state"] == "invalid"
+    assert row["error_type"] == "unconvertible"
+    assert row["reason"] == "Anthropic has no embeddings endpoint (spec.request.endpoint embeddings)"
+    compiled = factory.line_encoder(encode)  # compiling the job's encoder does not raise: each line does
+    with pytest.raises(ValueError, match="no embeddings endpoint"):
+        compiled("c", "x")

@@ -135,7 +135,10 @@ def line_encoder(encode: Callable[[Request], bytes], template: Request) -> Calla
 
     if template.passthrough:  # `user` is a body in JSON, not a string placed in a fixed frame
         return slow
-    parts = slow(_MARK, _MARK).split(orjson.dumps(_MARK))
+    try:
+        parts = slow(_MARK, _MARK).split(orjson.dumps(_MARK))
+    except Unconvertible:  # no such request for this provider (embeddings on Anthropic): each line says so
+        return slow
     if len(parts) != 3:
         return slow
     head, middle, tail = parts
