@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import BodyPartReader, web
 
+from barge.emulator import flex
 from barge.emulator.core import (
     Answer,
     Batch,
@@ -357,7 +358,9 @@ async def chat_completion(request: web.Request) -> web.Response:
     item = item_from_messages("sync", body)
     if item.invalid:
         return error(400, item.invalid)
-    outcome = await sync_call(request.app, item)
+    outcome = await (flex.flex_call if flex.asks_flex(body) else sync_call)(request.app, item)
+    if outcome == flex.UNAVAILABLE:
+        return flex.unavailable()
     if isinstance(outcome, float):
         return error(
             429,
@@ -372,6 +375,7 @@ async def chat_completion(request: web.Request) -> web.Response:
     if ans.outcome == "invalid_request":
         return error(400, ans.message)
     payload = completion_json(item, ans, f"chatcmpl-sync-{store.sync_requests}", store.clock())
+    payload["service_tier"] = flex.tier_of(body)
     return answer_response(payload, ans, store.sync_requests)
 
 

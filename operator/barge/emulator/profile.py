@@ -54,6 +54,10 @@ class SyncProfile:
     """Probability of each non-success outcome per call."""
     quota: Quota = field(default_factory=Quota)
     """Beyond it: 429 with Retry-After."""
+    flex_latency_ms: float = 500.0
+    """OpenAI `service_tier: flex`: the latency of a flex call (emulator/flex.py), instead of latency_ms."""
+    flex_unavailable: float = 0.0
+    """The share of flex calls answered 429 "resource unavailable" (no Retry-After), drawn from the seed."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,13 @@ def _outcomes(raw: Any, allowed: tuple[str, ...], where: str) -> dict[str, float
     if any(p < 0 for p in out.values()) or sum(out.values()) > 1:
         raise ValueError(f"{where}.outcomes: probabilities must be >= 0 and sum to at most 1")
     return out
+
+
+def _share(raw: Any, where: str) -> float:
+    value = float(raw)
+    if not 0 <= value <= 1:
+        raise ValueError(f"{where}: a share between 0 and 1, not {value}")
+    return value
 
 
 def parse_profile(data: dict[str, Any] | None) -> Profile:
@@ -100,6 +111,8 @@ def parse_profile(data: dict[str, Any] | None) -> Profile:
             latency_ms=float(sync.get("latencyMs", 50.0)),
             outcomes=_outcomes(sync.get("outcomes"), SYNC_OUTCOMES, "sync"),
             quota=Quota(int(quota.get("tokensPerMinute", 0)), int(quota.get("requestsPerMinute", 0))),
+            flex_latency_ms=float((sync.get("flex") or {}).get("latencyMs", 500.0)),
+            flex_unavailable=_share((sync.get("flex") or {}).get("unavailableRate", 0.0), "sync.flex.unavailableRate"),
         ),
         billing_error=bool(data.get("billingError", False)),
     )

@@ -100,6 +100,8 @@ class Result:
     error_type: str = ""
     message: str = ""
     retry_after: float | None = None
+    service_tier: str = ""
+    """The tier a synchronous answer reports it was served at (OpenAI `service_tier`: `flex`, `default` ...)."""
 
 
 #: A batch result as ingestion's hot path takes it, a plain tuple in this order: (custom_id, outcome, text,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import IO, Any, cast
 
@@ -86,6 +87,13 @@ def _completion_result(custom_id: str, completion: dict[str, Any]) -> Result:
     # tool calls and an unusual finish reason (length, tool_calls ...) are kept beside the text (content.py)
     text = openai_output(message if isinstance(message, dict) else {}, choice.get("finish_reason"))
     return Result(custom_id, Outcome.SUCCEEDED, text, usage)
+
+
+def _sync_result(custom_id: str, completion: dict[str, Any]) -> Result:
+    """A synchronous answer, with the tier it reports it was served at (priced by it: batch/fallback.py)."""
+    result = _completion_result(custom_id, completion)
+    tier = completion.get("service_tier")
+    return replace(result, service_tier=tier) if isinstance(tier, str) and tier else result
 
 
 def result_from_line(line: dict[str, Any]) -> Result:
@@ -173,6 +181,8 @@ class OpenAIProvider:
         self.compatible = compatible
         self.name = "azure-openai" if azure else "openai-compatible" if compatible else "openai"
         self.keeps_metadata = not compatible
+        self.flex_tier = not azure and not compatible
+        """OpenAI's `service_tier: flex` (batch rates, slower, 429 when busy): spec.fallback.serviceTier asks it."""
         self.max_requests = 100_000 if azure else 50_000
         self.max_bytes = 100 * 1024 * 1024 if compatible else 200 * 1024 * 1024
         self.url = AZURE_URL if azure else OPENAI_URL
@@ -300,7 +310,7 @@ class OpenAIProvider:
             response = await self._sync_client.post(path, body=body(request), cast_to=httpx2.Response)
         except openai.APIError as exc:
             return sync_failure(request.custom_id, from_sdk(exc, openai), exc)
-        return read_answer(request.custom_id, response.content, _completion_result)
+        return read_answer(request.custom_id, response.content, _sync_result)
 
     async def close(self) -> None:
         if self._sync is not None and self._sync is not self.client:
