@@ -141,3 +141,17 @@ def test_a_line_that_reaches_an_encoder_without_embeddings_is_invalid_with_the_r
     compiled = factory.line_encoder(encode)  # compiling the job's encoder does not raise: each line does
     with pytest.raises(ValueError, match="no embeddings endpoint"):
         compiled("c", "x")
+
+
+def test_openai_shards_hold_at_most_50000_embedding_inputs() -> None:
+    """One input per request: OpenAI's 50,000 requests per batch are its 50,000 embedding inputs per batch."""
+    import openai
+
+    from barge.batch.plan import spans
+    from barge.providers.encoding import MAX_EMBEDDING_INPUTS
+    from barge.providers.openai_provider import OpenAIProvider
+
+    p = OpenAIProvider(openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:1/v1"))
+    assert p.max_requests == MAX_EMBEDDING_INPUTS == 50_000
+    shards = list(spans(((n, 60, 0, 3) for n in range(1, 120_002)), p.max_requests, p.max_bytes))
+    assert [s.count for s in shards] == [50_000, 50_000, 20_001]
