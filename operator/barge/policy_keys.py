@@ -95,6 +95,14 @@ KEYS: tuple[Key, ...] = (
         ["--enable-prefix-caching"],
     ),
     Key(
+        "pools.commands",
+        "list of lists of strings",
+        "none: only the image's entrypoint",
+        "Engine commands a pool may run instead of its image's entrypoint (spec.engine.command, each compared "
+        "whole; ImagePolicy).",
+        [["barge", "emulator"]],
+    ),
+    Key(
         "pools.nodeSelectors",
         "list of `key=value` patterns",
         "absent: any",

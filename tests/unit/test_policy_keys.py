@@ -11,6 +11,7 @@ def test_a_document_of_every_documented_key_parses_to_those_values() -> None:
     parsed = policy.parse(policy_keys.example_document())
     assert parsed.require_tenant_label is True
     assert parsed.images == ("registry.example.com/vllm/vllm-openai:*",)
+    assert parsed.commands == (("barge", "emulator"),)
     assert parsed.admission.priority_bound("acme") == 1000
     assert parsed.ledger.max_keep_seconds == 30 * 86400
     assert [e.host for e in parsed.endpoints] == ["*.llm.example.com"]
