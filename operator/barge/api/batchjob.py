@@ -334,6 +334,14 @@ class FallbackSpec(Model):
     concurrency: int = Field(8, ge=1, le=512, description="Requests in flight at once.")
     requests_per_minute: int = Field(0, ge=0, description="Rate limit; 0 means unlimited.")
     tokens_per_minute: int = Field(0, ge=0, description="Token rate limit; 0 means unlimited.")
+    service_tier: Literal["standard", "flex", "auto"] = Field(
+        "standard",
+        description="The provider's synchronous tier: standard (full price), flex (OpenAI's service_tier flex: "
+        "batch rates, slower answers, 429 when it has no capacity, retried with backoff), or auto (flex while the "
+        "deadline leaves room for the pending items at flex's measured pace, then standard). Ignored by providers "
+        "without a flex tier (Anthropic, Azure, OpenAI-compatible, Mistral, pools): they are sent at standard. "
+        "Each answer is priced at the tier it reports.",
+    )
 
 
 class BudgetSpec(Model):
