@@ -9,8 +9,11 @@ import asyncio
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from barge.batch import zygote
@@ -136,3 +139,146 @@ def test_the_parent_does_not_trust_a_planners_frame_lengths(monkeypatch: pytest.
     what = planner.PlanInput(spec, "2026-12-01", "t", "claude-haiku-4-5", "anthropic")
     with pytest.raises(PlanError, match="frame of 3221225472 bytes"):
         asyncio.run(planner.plan("ns/j/u", what, lambda: iter([(1, b'{"id": "a", "text": "x"}')]), ledger))
+
+
+#: What a template that escaped the sandbox could do once it runs: patched in where a line renders, in a real
+#: planner server (zygote.BOOT with this first), so the attempts run inside a forked planner after its setup.
+ESCAPE = """
+import json, os, socket, sys
+from barge.batch import planner
+_admit = planner.admit_line
+def _attempt(call):
+    try:
+        call()
+        return "allowed"
+    except PermissionError:
+        return "EPERM"
+    except OSError as exc:
+        return f"errno {{exc.errno}}"
+def _exec():
+    pid = os.fork()  # a fork of the planner (same filter): a successful exec must not replace the planner
+    if pid == 0:
+        try:
+            os.execv(sys.executable, [sys.executable, "-c", "raise SystemExit(7)"])
+        except PermissionError:
+            os._exit(100)
+        except BaseException:
+            os._exit(101)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 100:
+        raise PermissionError("execv")
+    if code != 7:
+        raise OSError(code, "exec failed otherwise")
+def escaped(*args, **kwargs):
+    said = {{
+        "inet": _attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()),
+        "tcp": _attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()),
+        "unix": _attempt(lambda: socket.socket(socket.AF_UNIX).connect({unix!r})),
+        "pair": _attempt(lambda: socket.socketpair()),
+        "exec": _attempt(_exec),
+    }}
+    sys.stderr.write(json.dumps(said) + "\\n")
+    sys.stderr.flush()
+    return _admit(*args, **kwargs)
+planner.admit_line = escaped
+"""
+
+
+def _escaped_planner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, profile: str = "") -> tuple[Any, ...]:
+    """Start a planner server whose boot runs `profile` then ESCAPE, plan one line in one of its planners: what the
+    escaped template's attempts said, the planner's /proc status while it ran, and its answer frame's parts."""
+    import json
+    import socket
+
+    from barge.batch import planner
+
+    path = str(tmp_path / "operator.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen()
+    monkeypatch.setattr(zygote, "BOOT", profile + ESCAPE.format(unix=path) + zygote.BOOT)
+    server = zygote.Server()
+    spec = {
+        "provider": {"type": "anthropic", "model": "claude-haiku-4-5", "secretRef": {"name": "k"}},
+        "input": {"url": "unused"},
+        "output": {"url": "unused"},
+        "request": {"template": "Say {{ text | upper }}", "maxTokens": 50},
+    }
+    job = planner.PlanInput(spec, "2026-12-01", "t", "claude-haiku-4-5", "anthropic")
+    header = {"job": asdict(job), "limits": asdict(planner.PlanLimits())}
+    line = b'{"id": "a", "text": "hello"}'
+
+    async def run() -> tuple[Any, ...]:
+        child = await server.start()
+        try:
+            child.stdin.write(orjson.dumps(header) + b"\n" + planner.FRAME.pack(1, len(line)) + line)
+            await child.stdin.drain()
+            said = json.loads(await asyncio.wait_for(child.stderr.readline(), 60) or b"{}")
+            status = await asyncio.to_thread(Path(f"/proc/{child.pid}/status").read_text)  # between two lines
+            child.stdin.close()
+            lengths = planner.ROWS.unpack(await child.stdout.readexactly(planner.ROWS.size))
+            parts = [await child.stdout.readexactly(n) if n else b"" for n in lengths]
+            assert await child.wait() == 0
+            return said, status, *parts
+        finally:
+            child.kill()
+            await child.wait()
+            child.close()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        server.stop()
+        listener.close()
+
+
+def test_an_escaped_template_can_open_no_socket_and_exec_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """REVIEW-3 M8, the seccomp part: inside a forked planner, after its setup, socket() of any family, a Unix
+    socket connect by path and execv fail with EPERM (a visible error, not a killed planner), and the planner still
+    renders the template and answers its frame."""
+    said, status, rows, _, text, error = _escaped_planner(monkeypatch, tmp_path)
+    assert said == {"inet": "EPERM", "tcp": "EPERM", "unix": "EPERM", "pair": "EPERM", "exec": "EPERM"}, said
+    assert "Seccomp:\t2" in status  # 2: a filter (SECCOMP_MODE_FILTER)
+    assert "NoNewPrivs:\t1" in status
+    assert error == b""
+    assert orjson.loads(rows)[0][3] == "pending"
+    assert b"Say HELLO" in text
+
+
+#: A container runtime's profile that forbids installing seccomp filters (prctl(PR_SET_SECCOMP) -> EINVAL, as a
+#: kernel without CONFIG_SECCOMP_FILTER answers), installed first in the planner server: x86_64 numbers.
+NO_FILTERS_PROFILE = """
+import ctypes
+class F(ctypes.Structure):
+    _fields_ = (("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32))
+class P(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F)))
+code = [(0x20, 0, 0, 0), (0x15, 0, 3, 157), (0x20, 0, 0, 16), (0x15, 0, 1, 22), (0x06, 0, 0, 0x50000 | 22),
+        (0x06, 0, 0, 0x7FFF0000)]  # ld nr; prctl? ld arg0; PR_SET_SECCOMP? EINVAL; allow
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+assert libc.prctl(22, 2, ctypes.byref(P(len(code), (F * len(code))(*(F(*c) for c in code)))), 0, 0) == 0
+"""
+
+
+def test_where_filters_are_refused_the_planner_goes_on_and_the_operator_is_told_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Which confinements applied, where seccomp cannot be installed: no filter (sockets stay open), but no new
+    privileges and the scrubbed environment hold, the planner renders as before, and the server warns once."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the runtime profile above uses x86_64 syscall numbers")
+    said, status, rows, _, text, error = _escaped_planner(monkeypatch, tmp_path, NO_FILTERS_PROFILE)
+    assert said["inet"] == "allowed", said  # the planner's own filter did not apply
+    assert said["exec"] == "allowed", said
+    assert "NoNewPrivs:\t1" in status
+    assert orjson.loads(rows)[0][3] == "pending"
+    assert b"Say HELLO" in text
+    assert error == b""
+    warned = [line for line in capfd.readouterr().err.splitlines() if "without a seccomp filter" in line]
+    assert len(warned) == 1, warned
+    assert "EINVAL" in warned[0]

@@ -12,6 +12,8 @@ The sandbox (sandbox.py) refuses what it can see coming; this process bounds the
 - a template that hits a limit on its first lines (`give_up_after` lines, none succeeded) is a bad template:
   the job is `Admitted=False` with the limit it hit, instead of burning the limit on every line;
 - the process runs at a lower CPU priority (nice 10), so the operator's event loop always comes first;
+- once set up (spec, template, encoder), it may make no socket, connect, exec, trace, mount or namespace:
+  each is EPERM (seccomp.py; the environment, no_new_privs and Landlock are set by its server, planner_env.py);
 - it is a fork of a warm server (zygote.py) that has done the imports already, so a job's planner costs
   milliseconds to start instead of the interpreter's and its imports' ~0.4 CPU seconds.
 
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from barge.api.batchjob import LLMBatchJobSpec
-from barge.batch import plan_input, zygote
+from barge.batch import plan_input, seccomp, zygote
 from barge.batch.bounded import bound
 from barge.batch.plan import RequestFactory, admit_line, invalid_row
 from barge.batch.render import PlanError, Renderer
@@ -352,6 +354,7 @@ def child(stdin: Any = None, stdout: Any = None) -> int:
     timed = renderer.parts is None  # the fast path (no Jinja) is linear in the line, which is bounded
     factory = RequestFactory(job.model, spec.request)
     encode_line = factory.line_encoder(encode)
+    seccomp.install()  # set up: from here no socket, exec or namespace (the server logged it once if not)
     seen: set[str] = set()
     limited = succeeded = invalid = 0
     while head := _read_exact(stdin, FRAME.size):

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from barge.batch import memory, planner_env
+from barge.batch import memory, planner_env, seccomp
 
 PID = struct.Struct("!i")
 BOOT = (
@@ -64,6 +64,7 @@ def serve(fd: int) -> None:
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:  # raising it needs no right
         adj.write(str(OOM_SCORE_ADJ))  # inherited by every child
     planner_env.confine()  # no new privileges, Python's files only: inherited by every planner (REVIEW-3 M8)
+    seccomp.probe()  # each planner installs the filter itself after its setup: warned here once if it cannot
 
     sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe()
