@@ -58,7 +58,8 @@ APT_ONLY = (
     "libidn2-0",
     "libseccomp2",
     "libxxhash0",
-    "libstdc++6",
+    # not libstdc++6: apt's, but also the C++ runtime of wheels (google-re2 under cel-python, the cascade's CEL);
+    # purged, the operator crash-looped on the node with "ImportError: libstdc++.so.6"
 )
 DEBIAN_PACKAGES = ("mmdebstrap", "podman", "buildah", "uidmap", "fuse-overlayfs")
 
