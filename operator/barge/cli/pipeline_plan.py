@@ -199,7 +199,7 @@ def baseline(jobs: list[LLMBatchJob], plans: list[StagePlan]) -> tuple[str, Deci
 
 def print_pipeline(jobs: list[LLMBatchJob], path: Path, sample: Path | None = None) -> None:
     plans = plan_pipeline(jobs, path, sample)
-    console = Console()
+    console = Console(width=max(Console().width, 100))  # stage names are long: never cut in a pipe's 80 columns
     view = Table(title=f"pipeline: {len(plans)} stages", box=box.SIMPLE_HEAD)
     for col in ("stage", "model", "items", "in tok", "out tok", "batch", "sync"):
         view.add_column(col, justify="right" if col not in ("stage", "model") else "left", no_wrap=True)
