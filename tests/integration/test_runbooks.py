@@ -88,7 +88,7 @@ def test_every_alert_has_a_runbook_section_on_the_built_site(site: Path) -> None
 
 def test_a_missing_section_is_named(site: Path) -> None:
     urls = {**shipped_runbook_urls(), "BargeNotDocumented": runbook_base() + "bargenotdocumented"}
-    assert missing_runbooks(urls, runbook_base(), site_ids(site, "runbooks")) == ["BargeNotDocumented"]
+    assert "BargeNotDocumented" in missing_runbooks(urls, runbook_base(), site_ids(site, "runbooks"))
     assert missing_runbooks({"BargeJobFailed": "https://elsewhere/#bargejobfailed"}, runbook_base(), set()) == [
         "BargeJobFailed"
     ]
