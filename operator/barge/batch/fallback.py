@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from barge.batch.budget import Budget
 from barge.batch.routing import route
+from barge.batch.tier import FLEX, TierChooser
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.base import NO_USAGE, BatchProvider, Outcome, Request, Result
 from barge.providers.errors import Fatal
@@ -109,12 +110,14 @@ async def run_sync(
     on_result: Callable[[Result], Awaitable[None]],
     halted: Callable[[], bool] = lambda: False,
     check: Callable[[Result], Result] | None = None,
+    tier: TierChooser | None = None,
 ) -> None:
     """Call the provider for every item; transient answers are retried up to `tries` times, after the
     Retry-After the provider asked for. Fatal errors propagate (they stop the job). `items` is read lazily, one
     item per free worker: an iterator over the ledger is never read ahead of the calls. `check`: the job's
     responseFormat (batch/structured.py); an invalid output is asked again, within the same `tries`, and the
-    item's result carries the usage of every answer it was paid for."""
+    item's result carries the usage of every answer it was paid for. `tier`: spec.fallback.serviceTier, asked
+    before each call (batch/tier.py); a flex call carries `service_tier: flex`."""
     source = iter(items)
 
     async def worker() -> None:
@@ -124,9 +127,14 @@ async def run_sync(
                 return
             result = Result(item.custom_id, Outcome.TRANSIENT)
             paid = NO_USAGE  # usage of the answers that broke the schema before this one
+            started, flexed = time.monotonic(), False
             for attempt in range(tries):
                 await limiter.acquire(item.est_tokens + max_tokens)
-                result = await provider.complete(build(item.custom_id, item.user))
+                request = build(item.custom_id, item.user)
+                if tier is not None and tier.tier() == FLEX:
+                    flexed = True
+                    request = replace(request, params={**request.params, "service_tier": FLEX})
+                result = await provider.complete(request)
                 if check is not None:
                     result = check(result)
                 if result.outcome is Outcome.INVALID_OUTPUT and attempt + 1 < tries:
@@ -140,6 +148,8 @@ async def run_sync(
                     limiter.pause(result.retry_after)
                 elif attempt + 1 < tries:
                     await asyncio.sleep(min(30.0, 0.5 * 2**attempt))
+            if tier is not None:
+                tier.done(time.monotonic() - started, flex=flexed)
             await on_result(result)
 
     async with asyncio.TaskGroup() as group:
@@ -171,6 +181,24 @@ def _fail_all(ledger: Ledger, job: str, error_type: str, reason: str) -> int:
     return failed + len(page)
 
 
+def _tier(
+    budget: Budget, provider: BatchProvider, count: int, concurrency: int, on_event: Event, clock: Callable[[], float]
+) -> TierChooser | None:
+    """spec.fallback.serviceTier's chooser for this pass; None at standard, or where the provider has no flex tier
+    (said in an event: the pass goes at standard)."""
+    setting = budget.spec.fallback.service_tier
+    if setting == "standard":
+        return None
+    if not getattr(provider, "flex_tier", False):
+        name = getattr(provider, "name", "this provider")
+        on_event(
+            "FlexIgnored", f"spec.fallback.serviceTier {setting}: {name} has no flex tier, sent at standard", "Normal"
+        )
+        return None
+    deadline = budget.spec.deadline.timestamp() if budget.spec.deadline is not None else None
+    return TierChooser(setting, deadline, count, concurrency, clock=clock)
+
+
 async def send_pending(
     ledger: Ledger,
     job: str,
@@ -185,6 +213,7 @@ async def send_pending(
     on_event: Event,
     halted: Callable[[], bool] = lambda: False,
     check: Callable[[Result], Result] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """One synchronous pass over the job's pending items: all failed (`deadline_exceeded`) unless `sync`, else
     those the budget allows sent with `limits` (concurrency, requests and tokens per minute), their results
@@ -208,10 +237,12 @@ async def send_pending(
     inflight: dict[str, int] = {}
     buffer: list[ItemUpdate] = []
     on_event("FallingBack", f"{count} items through the synchronous path", "Normal")
+    tier = _tier(budget, provider, count, concurrency, on_event, clock)
 
     async def on_result(result: Result) -> None:
         before = inflight.pop(result.custom_id)
-        change = route(result, before, before + 1, via="sync")
+        via = FLEX if result.service_tier == FLEX else "sync"  # priced at the tier the answer reports
+        change = route(result, before, before + 1, via=via)
         if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED, Outcome.INVALID_OUTPUT):
             u = result.usage  # an invalid output ends failed here (the last try): paid for all the same
             change = ItemUpdate(
@@ -220,7 +251,7 @@ async def send_pending(
                 change.error_type,
                 change.reason,
                 change.attempts,
-                "sync",
+                via,
                 None if result.outcome is Outcome.INVALID_OUTPUT else result.text,
                 (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens),
             )
@@ -241,6 +272,7 @@ async def send_pending(
             on_result=on_result,
             halted=halted,
             check=check,
+            tier=tier,
         )
     except* Fatal as group:  # a Fatal answer stops the pass (and the job): what was answered before it is kept
         ledger.apply(job, buffer)

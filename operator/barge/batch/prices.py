@@ -17,6 +17,8 @@ import yaml
 from barge.providers.base import Usage
 
 MILLION = Decimal(1_000_000)
+#: The ledger's `via` values billed at the batch rate: batches, and synchronous answers served at OpenAI's flex tier.
+BATCH_RATE = frozenset({"batch", "flex"})
 CENT_PLACES = Decimal("0.000001")
 
 

@@ -411,6 +411,7 @@ class JobRunner:
             on_event=self.on_event,
             halted=self.halted,
             check=None if self.checker is None else self.checker.result,
+            clock=self.clock,
         )
 
     # --- judgement ------------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def cost_of(table: prices.PriceTable, rows: list[tuple[str, str, int, tuple[int,
     """What (model, via, requests, usage) rows cost at `table`'s prices (a model without a price costs 0)."""
     total = Decimal(0)
     for model, via, _requests, usage in rows:
-        total += table.cost(model, Usage(*usage), batch=via == "batch")
+        total += table.cost(model, Usage(*usage), batch=via in prices.BATCH_RATE)
     return total
 
 

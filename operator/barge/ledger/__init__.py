@@ -34,7 +34,7 @@ PAGE = 5000
 #: from 1: `line > 0` keeps every item, and makes SQLite read the state's range of ix_items_state instead of every
 #: item of the job, 17 ms per 100,000).
 _RETRYING_ITEM = "state = 'pending' AND line > 0 AND attempts > 0"
-_SYNC_N = "SUM(CASE WHEN via = 'sync' THEN 1 ELSE 0 END)"
+_SYNC_N = "SUM(CASE WHEN via IN ('sync', 'flex') THEN 1 ELSE 0 END)"  # flex: the sync path at OpenAI's flex tier
 _BUDGET_N = "SUM(CASE WHEN error_type = 'budget_exceeded' THEN 1 ELSE 0 END)"
 #: Items whose last answer broke spec.request.responseFormat (batch/structured.py): retrying or failed.
 _INVALID_OUTPUT_N = "SUM(CASE WHEN error_type = 'invalid_output' THEN 1 ELSE 0 END)"
@@ -495,11 +495,13 @@ class Ledger:
             )
 
     def usage(self, job: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(batch usage, sync usage) totals, each (input, output, cache read, cache write)."""
+        """(batch usage, sync usage) totals, each (input, output, cache read, cache write). Synchronous answers
+        served at OpenAI's flex tier (via 'flex') are billed at the batch rate: they count with the batch usage."""
         cols = ", ".join(f"COALESCE(SUM({c}), 0)" for c in USAGE)
         batch = self._rows(f"SELECT {cols} FROM batches WHERE job = ?", (job,))[0]  # noqa: S608
+        flex = self._rows(f"SELECT {cols} FROM items WHERE job = ? AND via = 'flex'", (job,))[0]  # noqa: S608
         sync = self._rows(f"SELECT {cols} FROM items WHERE job = ? AND via = 'sync'", (job,))[0]  # noqa: S608
-        return tuple(int(x) for x in batch), tuple(int(x) for x in sync)
+        return tuple(int(x) + int(y) for x, y in zip(batch, flex, strict=True)), tuple(int(x) for x in sync)
 
     # --- metrics (aggregates over every job, for Prometheus) ------------------------------------------------------
     def fold_counts(self) -> None:

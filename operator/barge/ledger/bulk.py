@@ -189,6 +189,7 @@ def apply(
             spend.record(cursor, postgres, job, "batch", batch_id, (answered, *usage[:4]))
         else:
             spend.record(cursor, postgres, job, "sync", None, spend.sync_counted(rows))
+            spend.record(cursor, postgres, job, "flex", None, spend.sync_counted(rows, "flex"))
     finally:
         cursor.close()
     return True

@@ -60,11 +60,12 @@ def record(
     cursor.execute(sql, (hour, via, batch_id, *counted, job))
 
 
-def sync_counted(rows: Sequence[Sequence[Any]]) -> tuple[int, int, int, int, int]:
-    """What a chunk of `bulk.ROW` rows adds on the synchronous path: the rows with via 'sync' and usage, summed."""
+def sync_counted(rows: Sequence[Sequence[Any]], via: str = "sync") -> tuple[int, int, int, int, int]:
+    """What a chunk of `bulk.ROW` rows adds on the synchronous path: the rows with `via` ('sync', or 'flex': answers
+    at OpenAI's flex tier, recorded apart since they are billed at the batch rate) and usage, summed."""
     n = i = o = cr = cw = 0
     for r in rows:
-        if r[5] == "sync" and (r[7] or r[8] or r[9] or r[10]):
+        if r[5] == via and (r[7] or r[8] or r[9] or r[10]):
             n += 1
             i, o, cr, cw = i + r[7], o + r[8], cr + r[9], cw + r[10]
     return n, i, o, cr, cw

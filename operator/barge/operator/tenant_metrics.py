@@ -23,7 +23,7 @@ def month_to_date(ledger: Ledger, policy: BudgetPolicy, table: prices.PriceTable
     """tenant -> what it spent in the policy's current month, at the operator's prices."""
     out: dict[str, Decimal] = {}
     for tenant, model, via, usage in spend.all_tenants_usage(ledger, *policy.month(now)):
-        out[tenant] = out.get(tenant, Decimal(0)) + table.cost(model, Usage(*usage), batch=via == "batch")
+        out[tenant] = out.get(tenant, Decimal(0)) + table.cost(model, Usage(*usage), batch=via in prices.BATCH_RATE)
     return out
 
 

@@ -141,6 +141,8 @@ def build_rows(
         price = table.price(key.model)
         provider, service = PROVIDERS.get(key.provider, (key.provider or "unknown", key.provider or "unknown"))
         batch, sync = vias.get("batch", [0] * 5), vias.get("sync", [0] * 5)
+        if "flex" in vias:  # sync answers at OpenAI's flex tier: billed at the batch rate
+            batch = [x + y for x, y in zip(batch, vias["flex"], strict=True)]
         tags = {
             "barge.dev/tenant": key.tenant,
             "barge.dev/namespace": key.namespace,

@@ -40,7 +40,7 @@ def by_tenant_model(rows: Iterable[SpendRow], table: prices.PriceTable) -> list[
         a, b, c, d = line.usage
         line.usage = (a + r.usage[0], b + r.usage[1], c + r.usage[2], d + r.usage[3])
         line.list_usd += table.cost(r.model, Usage(*r.usage), batch=False)
-        line.cost_usd += table.cost(r.model, Usage(*r.usage), batch=r.via == "batch")
+        line.cost_usd += table.cost(r.model, Usage(*r.usage), batch=r.via in prices.BATCH_RATE)
     return [lines[k] for k in sorted(lines)]
 
 
