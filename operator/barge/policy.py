@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from barge import admission_policy, budget_policy, pool_placement
+from barge import admission_policy, budget_policy, gateway_policy, pool_placement
 from barge import limits as limits_
 from barge.limits import LedgerLimits
 
@@ -129,6 +129,8 @@ class Policy:
     """What one job and one tenant may hold in the shared ledger (policy section `ledger`, barge/limits.py)."""
     budgets: budget_policy.BudgetPolicy = budget_policy.DEFAULT
     """Monthly budgets per tenant and namespace (policy section `budgets`, barge/budget_policy.py)."""
+    gateway: gateway_policy.GatewayPolicy = gateway_policy.DEFAULT
+    """The admin's model aliases for `barge gateway` (policy section `gateway`, barge/gateway_policy.py)."""
 
     def prefixes_for(self, namespace: str, tenant: str) -> tuple[str, ...]:
         """The storage prefixes of one tenant, placeholders expanded."""
@@ -430,7 +432,8 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
     """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes,
     each with {tenant} or {namespace} unless `shared_file_roots` (BARGE_SHARED_FILE_ROOTS) or sharedFileRoots."""
     data = dict(data or {})
-    unknown = set(data) - {"storage", "endpoints", "pools", "workers", "admission", "ledger", "tenancy", "budgets"}
+    sections = {"storage", "endpoints", "pools", "workers", "admission", "ledger", "tenancy", "budgets", "gateway"}
+    unknown = set(data) - sections
     if unknown:
         raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
     storage = dict(data.get("storage") or {})
@@ -465,5 +468,6 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         admission=admission_policy.parse(data.get("admission")),
         ledger=limits_.parse(data.get("ledger")),
         budgets=budget_policy.parse(data.get("budgets")),
+        gateway=gateway_policy.parse(data.get("gateway")),
         require_tenant_label=bool(dict(data.get("tenancy") or {}).get("requireLabel", False)),
     )

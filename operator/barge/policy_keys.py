@@ -242,10 +242,20 @@ KEYS: tuple[Key, ...] = (
         "A deleted job's audit rows are removed this long after the delete (0s: at the next purge).",
         "7d",
     ),
+    Key(
+        "gateway.aliases.<model>",
+        "string (pool name) or {pool, tenants}",
+        "none: a model is an InferencePool of the caller's namespace",
+        "A model name `barge gateway` accepts (a request's `model`), resolved to the InferencePool `pool` in the "
+        "caller's own namespace when the namespace has no pool named like the model (a team's own pool wins). "
+        "`tenants` (list of tenant names) limits who may use it; absent: every tenant. An alias never reaches "
+        "another namespace's pool. Unknown keys stop the operator and the gateway.",
+        {"pool": "azure-global-batch", "tenants": ["acme"]},
+    ),
 )
 
 #: Sections where the parser refuses a key it does not know (elsewhere unknown keys are ignored).
-CLOSED = ("", "admission", "ledger", "budgets")
+CLOSED = ("", "admission", "ledger", "budgets", "gateway")
 
 
 def example_document() -> dict[str, Any]:
@@ -254,7 +264,8 @@ def example_document() -> dict[str, Any]:
     for key in KEYS:
         if "[]." in key.path:
             continue  # the entries' keys are covered by the list's own example
-        parts = key.path.removesuffix("[]").replace("<tenant>", "acme").replace("<namespace>", "claims").split(".")
+        path = key.path.removesuffix("[]").replace("<tenant>", "acme").replace("<namespace>", "claims")
+        parts = path.replace("<model>", "gpt-4o").split(".")
         node = doc
         for part in parts[:-1]:
             node = node.setdefault(part, {})

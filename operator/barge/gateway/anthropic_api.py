@@ -189,8 +189,7 @@ class MessageBatches:
         if isinstance(requests, list) and len(requests) > self.g.settings.max_lines:
             raise HttpError(413, f"more than {self.g.settings.max_lines} requests (the gateway's limit per batch)")
         lines, model, cap = convert(requests)
-        if not await self.g.jobs.pool_exists(caller.namespace, model):
-            raise HttpError(400, f"model {model!r} is not an InferencePool of namespace {caller.namespace}")
+        pool = await self.g.pool_for(caller, model)
         place = self.g.place(caller)
         batch_id = PREFIX + files.new_file_id().removeprefix(files.FILE_PREFIX)
         input_url = join(join(place.root, "anthropic"), batch_id + ".jsonl")
@@ -198,7 +197,8 @@ class MessageBatches:
         job = batches.build_job(
             batch_id,
             caller.namespace,
-            pool=model,
+            pool=pool,
+            model=model,
             input_url=input_url,
             output_url=place.outputs(batch_id),
             max_tokens=cap,

@@ -71,8 +71,10 @@ def build_job(
     now: datetime,
     kind: str = "openai",
     prefix: str = BATCH_PREFIX,
+    model: str = "",
 ) -> dict[str, Any]:
-    """The LLMBatchJob of a new batch: passthrough requests on the pool the file's model alias names."""
+    """The LLMBatchJob of a new batch: passthrough requests on the pool the file's model alias names (`model`, what
+    the caller sent, is the batch's model; the pool may differ through an alias of the admin's)."""
     name = job_name(batch_id, prefix)
     assert name is not None
     record = {
@@ -81,7 +83,7 @@ def build_job(
         "completion_window": "24h",
         "metadata": metadata or {},
         "created_at": int(now.timestamp()),
-        "model": pool,
+        "model": model or pool,
     }
     return {
         "apiVersion": "barge.dev/v1alpha1",

@@ -114,6 +114,22 @@ class Gateway:
         root = join(join(prefixes[0], "gateway"), caller.namespace)
         return files.Place(root, StoragePolicy(prefixes=prefixes, addresses=AddressCheck(self.policy)))
 
+    async def pool_for(self, caller: Caller, model: str) -> str:
+        """The InferencePool of the caller's namespace that runs `model`: a pool of that name, else the admin's alias
+        (policy gateway.aliases, barge/gateway_policy.py); always in the caller's namespace. 400 when none exists."""
+        tried = self.policy.gateway.candidates(caller.tenant, model)
+        for pool in tried:
+            if await self.jobs.pool_exists(caller.namespace, pool):
+                return pool
+        shown = " or ".join(repr(p) for p in tried) or "none (not a pool name, no alias of the admin)"
+        raise HttpError(
+            400,
+            f"model {model!r} is not an InferencePool of namespace {caller.namespace} nor an alias of the admin's "
+            f"to one (looked up: {shown})",
+            "model_not_found",
+            "model",
+        )
+
     @staticmethod
     async def _off_loop(call: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, call, *args)
@@ -315,14 +331,8 @@ class Gateway:
             raise HttpError(
                 400, f"endpoint must be the file's url {checked.get('url')!r}", "invalid_endpoint", "endpoint"
             )
-        pool = str(checked.get("model"))
-        if not await self.jobs.pool_exists(caller.namespace, pool):
-            raise HttpError(
-                400,
-                f"model {pool!r} is not an InferencePool of namespace {caller.namespace}",
-                "model_not_found",
-                "model",
-            )
+        model = str(checked.get("model"))
+        pool = await self.pool_for(caller, model)
         key = request.headers.get("Idempotency-Key")
         if key:  # the same key in the same namespace names the same batch: a retry finds it
             digest = hashlib.sha256(f"{caller.namespace}\x00{key}".encode()).hexdigest()[:24]
@@ -333,6 +343,7 @@ class Gateway:
             batch_id,
             caller.namespace,
             pool=pool,
+            model=model,
             input_url=place.data(file_id),
             output_url=place.outputs(batch_id),
             max_tokens=int(checked.get("max_tokens") or 0) or self.settings.default_max_tokens,
