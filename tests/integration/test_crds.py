@@ -73,6 +73,7 @@ def test_printer_columns_and_short_names(cluster: Cluster, namespace: str) -> No
         "TENANT",
         "REFUSED",
         "INVALID",
+        "INVALIDOUTPUT",
         "SAVED",
     ]
     assert any("claims-anthropic" in line and "claude-sonnet-4-6" in line for line in wide[1:])
