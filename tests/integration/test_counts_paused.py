@@ -130,7 +130,14 @@ def test_counts_stay_exact_through_plan_submission_and_their_failures(
     ledger.open_intent(JOB, "s3", 1, 101, 200, rest)
     ledger.record_batch(JOB, "s3", "b3", "openai", 1, rest, "in_progress", 0.0)
     check(ledger)
-    assert ledger.counts(JOB) == {"submitted": 160, "invalid": 40, "viaFallback": 1, "retrying": 0, "budget": 0}
+    assert ledger.counts(JOB) == {
+        "submitted": 160,
+        "invalid": 40,
+        "viaFallback": 1,
+        "retrying": 0,
+        "budget": 0,
+        "invalidOutput": 0,
+    }
 
 
 def test_sqlite_counts_the_plan_and_the_moves_without_a_trigger_per_row(tmp_path: Path) -> None:
