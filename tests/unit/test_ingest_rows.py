@@ -18,5 +18,7 @@ def test_rows_follow_the_routing_table(outcome: Outcome, attempts: int) -> None:
     row = _row(result, attempts, 3)
     if outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):  # results keep their text and usage, via the batch
         assert row == (*expected[:5], "batch", "out", 5, 6, 7, 8)
+    elif outcome is Outcome.INVALID_OUTPUT:  # a broken structured answer was paid for: its usage, not its text
+        assert row == (*expected[:5], "batch", None, 5, 6, 7, 8)
     else:
         assert row == expected
