@@ -113,3 +113,72 @@ def report_focus(
         book.close()
     written = export.write_csv(out, rows, StoragePolicy(base_dir=Path.cwd()))
     typer.echo(f"wrote {written} FOCUS {focus.FOCUS_VERSION} rows to {out}")
+
+
+@report_app.command("reconcile")
+def report_reconcile(
+    start: FromOption = None,
+    end: ToOption = None,
+    provider: Annotated[
+        list[str] | None, typer.Option(help="openai or anthropic (repeatable); default: each with an admin key.")
+    ] = None,
+    openai_admin_key: Annotated[
+        str | None, typer.Option(help="OpenAI admin key (organization usage and costs).", envvar="OPENAI_ADMIN_KEY")
+    ] = None,
+    anthropic_admin_key: Annotated[
+        str | None, typer.Option(help="Anthropic admin key (usage and cost report).", envvar="ANTHROPIC_ADMIN_KEY")
+    ] = None,
+    openai_base_url: Annotated[str | None, typer.Option(envvar="OPENAI_BASE_URL")] = None,
+    anthropic_base_url: Annotated[str | None, typer.Option(envvar="ANTHROPIC_BASE_URL")] = None,
+    threshold: Annotated[float, typer.Option(help="USD per day above which a line is a mismatch.")] = 0.01,
+    ledger: LedgerOption = ".barge/ledger.db",
+    prices_file: PricesOption = None,
+    output_format: Annotated[str, typer.Option("--format", help="table (rich) or csv.")] = "table",
+) -> None:
+    """Barge's ledger against the provider's own cost report, per provider and UTC day: Barge's cost, the
+    provider's, the difference. Exit code 1 when a day differs by more than --threshold."""
+    from decimal import Decimal
+
+    from barge.batch import prices
+    from barge.ledger import Ledger, spend
+    from barge.providers import usage_reports
+    from barge.reports import reconcile
+
+    if output_format not in ("table", "csv"):
+        raise typer.BadParameter("--format must be table or csv")
+    keys = {"openai": (openai_admin_key, openai_base_url), "anthropic": (anthropic_admin_key, anthropic_base_url)}
+    chosen = provider or [p for p, (key, _) in keys.items() if key]
+    for p in chosen:
+        if p not in keys:
+            raise typer.BadParameter(f"--provider {p!r}: openai or anthropic")
+        if not keys[p][0]:
+            raise typer.BadParameter(f"no admin key for {p} (--{p}-admin-key or {p.upper()}_ADMIN_KEY)")
+    if not chosen:
+        raise typer.BadParameter("no admin key given (OPENAI_ADMIN_KEY, ANTHROPIC_ADMIN_KEY): nothing to compare")
+    lo, hi = window(start, end)
+    reported = []
+    for p in chosen:
+        key, url = keys[p]
+        assert key is not None
+        reported += usage_reports.fetch_days(p, key, url, lo, hi)
+    book = Ledger(ledger)
+    try:
+        lines = reconcile.compare(spend.rows_between(book, lo, hi), prices.load(prices_file), reported, chosen)
+    finally:
+        book.close()
+    limit = Decimal(str(threshold))
+    if output_format == "csv":
+        typer.echo(reconcile.to_csv(lines), nl=False)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        span = f"{datetime.fromtimestamp(lo, UTC):%Y-%m-%d %H:%M} to {datetime.fromtimestamp(hi, UTC):%Y-%m-%d %H:%M}"
+        table = Table(title=f"Reconciliation {span} UTC (threshold ${threshold})")
+        for n, name in enumerate(reconcile.HEADER):
+            table.add_column(name, justify="left" if n < 2 else "right")
+        for line in lines:
+            table.add_row(*line.cells(), style="bold red" if line.mismatched(limit) else None)
+        Console().print(table)
+    if any(line.mismatched(limit) for line in lines):
+        raise typer.Exit(1)

@@ -68,6 +68,9 @@ class Profile:
     sync: SyncProfile = field(default_factory=SyncProfile)
     billing_error: bool = False
     """Every create and sync call fails with the provider's billing/credit error."""
+    billing_overcharge_ratio: float = 1.0
+    """`billing.overchargeRatio`: the admin usage/cost reports (emulator/usage_reports.py) bill this times the price
+    of what was processed (1: exact; 1.1: 10% more, for reconciliation tests)."""
 
 
 def _outcomes(raw: Any, allowed: tuple[str, ...], where: str) -> dict[str, float]:
@@ -115,6 +118,7 @@ def parse_profile(data: dict[str, Any] | None) -> Profile:
             flex_unavailable=_share((sync.get("flex") or {}).get("unavailableRate", 0.0), "sync.flex.unavailableRate"),
         ),
         billing_error=bool(data.get("billingError", False)),
+        billing_overcharge_ratio=float((data.get("billing") or {}).get("overchargeRatio", 1.0)),
     )
 
 

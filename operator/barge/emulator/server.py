@@ -18,7 +18,15 @@ from typing import Any
 
 from aiohttp import web
 
-from barge.emulator import anthropic_api, mistral_api, openai_api, openai_compatible_api, openai_shapes, vllm
+from barge.emulator import (
+    anthropic_api,
+    mistral_api,
+    openai_api,
+    openai_compatible_api,
+    openai_shapes,
+    usage_reports,
+    vllm,
+)
 from barge.emulator.core import STORE, SYNC_WINDOW, RateWindow, Store
 from barge.emulator.profile import Profile
 
@@ -29,7 +37,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _family(path: str) -> str:
-    if path.startswith("/v1/messages"):
+    if path.startswith(("/v1/messages", "/v1/organizations/")):
         return "anthropic"
     if path.startswith(("/v1/", "/openai/", "/groq/", "/together/")):
         return "openai"
@@ -121,6 +129,7 @@ def make_app(
     app.add_routes(openai_api.routes())
     app.add_routes(openai_compatible_api.routes())
     app.add_routes(mistral_api.routes())
+    app.add_routes(usage_reports.routes())
     app.add_routes([web.get("/_emulator/state", state), web.post("/_emulator/reset", reset)])
     return app
 
