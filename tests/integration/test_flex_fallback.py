@@ -87,6 +87,10 @@ async def test_auto_uses_flex_then_standard_as_the_deadline_nears_and_prices_eac
     month = spend.tenant_usage(runner.ledger, "t", 0, time.time() + 3600)
     assert {via for _, via, _, _ in month} == {"flex", "sync"}
     assert tenant_budget.cost_of(table, month) == expected
+    # what /metrics reads: the flex answers as a path of their own (barge_cost_usd{path="flex"}, at the batch rate)
+    metric = runner.ledger.metric_rows()
+    assert [Usage(*map(int, r[2:])) for r in metric["flex"]] == [flex_usage]
+    assert [Usage(*map(int, r[2:])) for r in metric["sync"]] == [sync_usage]
 
 
 async def test_flex_on_a_provider_without_it_is_sent_at_standard_and_said(

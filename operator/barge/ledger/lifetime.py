@@ -220,6 +220,10 @@ def counted_elsewhere(ledger: Ledger) -> dict[str, list[tuple[object, ...]]]:
             f"SELECT tenant, model, {cols} FROM folded_counts WHERE via = 'sync' GROUP BY tenant, model",  # noqa: S608
             (),
         ),
+        "flex": ledger._rows(
+            f"SELECT tenant, model, {cols} FROM folded_counts WHERE via = 'flex' GROUP BY tenant, model",  # noqa: S608
+            (),
+        ),
         "batch": ledger._rows(
             f"SELECT tenant, model, {cols} FROM folded_counts WHERE state = 'batch' GROUP BY tenant, model",  # noqa: S608
             (),

@@ -230,6 +230,11 @@ METRIC_QUERIES: dict[str, tuple[str, tuple[Any, ...]]] = {
         "WHERE x.via = 'sync' GROUP BY j.tenant, j.model HAVING SUM(x.n) > 0",
         (),
     ),
+    "flex": (  # sync answers at OpenAI's flex tier (spec.fallback.serviceTier), billed at the batch rate
+        f"SELECT j.tenant, j.model, {_COUNTED_USAGE} FROM item_counts x JOIN jobs j ON j.job = x.job "
+        "WHERE x.via = 'flex' GROUP BY j.tenant, j.model HAVING SUM(x.n) > 0",
+        (),
+    ),
     "live": ("SELECT provider, MIN(submitted_at) FROM batches WHERE ingested = ? GROUP BY provider", (False,)),
     # per job (its key is namespace/name/uid in the operator): the tenant it is metered by
     "jobs": ("SELECT job, tenant FROM jobs", ()),

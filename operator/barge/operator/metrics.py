@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from barge.api.batchjob import LLMBatchJobSpec
+from barge.batch import prices
 from barge.k8s.pool import PENDING_METRIC
 from barge.ledger import lifetime, space
 from barge.operator import ports, quota, second_door, tenant_metrics
@@ -433,11 +434,12 @@ class BargeCollector(Collector):
         saved = CounterMetricFamily(
             "barge_saved_usd", "Batch usage at the synchronous price minus its batch cost", labels=["tenant", "model"]
         )
-        for path in ("batch", "sync"):
+        savings: dict[tuple[str, str], float] = {}  # batch and flex usage at the sync price minus what it cost
+        for path in ("batch", "sync", "flex"):  # flex: sync answers at OpenAI's flex tier, at the batch rate
             summed: dict[tuple[str, str], list[Any]] = {}  # (tenant, label) -> [usage..., cost, saved]
-            for tenant, model, *usage in rows[path]:
+            for tenant, model, *usage in rows.get(path, ()):
                 used = Usage(*(int(u) for u in usage))
-                spent = ctx.prices.cost(str(model), used, batch=path == "batch")
+                spent = ctx.prices.cost(str(model), used, batch=path in prices.BATCH_RATE)
                 extra = ctx.prices.cost(str(model), used, batch=False) - spent
                 total = summed.setdefault((str(tenant), self._model(str(model))), [0, 0, 0, 0, 0.0, 0.0])
                 for i, value in enumerate(usage):
@@ -448,8 +450,10 @@ class BargeCollector(Collector):
                 for kind, value in zip(KINDS, total[:4], strict=True):
                     tokens.add_metric([tenant, label, path, kind], value)
                 cost.add_metric([tenant, label, path], total[4])
-                if path == "batch":
-                    saved.add_metric([tenant, label], total[5])
+                if path != "sync":
+                    savings[(tenant, label)] = savings.get((tenant, label), 0.0) + total[5]
+        for (tenant, label), value in sorted(savings.items()):
+            saved.add_metric([tenant, label], value)
         yield from (tokens, cost, saved)
         tenants = dict(rows["jobs"])
         batches: dict[tuple[str, str, str], list[int]] = {}
