@@ -249,13 +249,13 @@ def test_keda_scales_barges_worker_pods_to_the_quota_cap_and_back_to_zero(
     finally:
         replicas.stop()
         texts = logs.stop()
-    noteworthy = [
-        f"{pod}: {line}"
-        for pod, text in texts.items()
-        for line in text.splitlines()
-        if " INFO " not in line or "Retrying" in line
-    ]
-    print(f"{len(texts)} worker Pods ran; their warnings and errors: {noteworthy}")
+        noteworthy = [
+            f"{pod}: {line}"
+            for pod, text in texts.items()
+            for line in text.splitlines()
+            if " INFO " not in line or "Retrying" in line
+        ]
+        print(f"{len(texts)} worker Pods ran; their warnings and errors: {noteworthy}")
     state = emulator_state(operator["emulator_port"])
     assert state["rate_limited"] == 0  # not one 429 from the provider: the cap and each replica's share held
     # Every message answered; on this node 1 in 240 was answered twice on each run (241 calls, no warning logged):

@@ -132,3 +132,9 @@ def test_redis_trigger_and_long_names() -> None:
         "type": "redis-streams",
         "metadata": {"address": "r:6379", "stream": "s", "consumerGroup": "barge", "lagCount": "7"},
     }
+    # pending entries keep a replica too: KEDA would otherwise go to zero with a message delivered, not acknowledged
+    assert so["spec"]["triggers"][1] == {
+        "type": "redis-streams",
+        "name": "pending",
+        "metadata": {"address": "r:6379", "stream": "s", "consumerGroup": "barge", "pendingEntriesCount": "7"},
+    }

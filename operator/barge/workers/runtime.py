@@ -329,6 +329,10 @@ class Worker:
             )
             self.metrics.dead.labels("infrastructure").inc()
             return "dead:infrastructure"
+        # visible: on the node one such call was answered again on its redelivery (paid twice) with nothing logged
+        log.warning(
+            "message %s not answered (%s: %s), left for redelivery", message.id, result.error_type, result.message
+        )
         await self.queue.abandon(message)
         self.metrics.processed.labels("abandoned").inc()
         return "abandoned"
