@@ -300,6 +300,26 @@ def _trigger(worker: Worker, auth: str | None) -> dict[str, Any]:
     return trigger
 
 
+def _pending_trigger(worker: Worker, auth: str | None) -> list[dict[str, Any]]:
+    """Redis Streams: a second trigger on the group's pending entries (delivered, not acknowledged). The lag alone
+    is 0 once every entry was delivered, so KEDA scaled the worker to zero with a message still pending (one a
+    replica abandoned after a failed call, waiting to be claimed again): seen on the node, it was never answered.
+    KEDA takes the larger of the two; while anything is pending at least one replica runs to claim it."""
+    q = worker.queue
+    if q.type != "redis-streams":
+        return []
+    metadata = {
+        "address": q.address or "",
+        "stream": q.stream or "",
+        "consumerGroup": q.consumer_group,
+        "pendingEntriesCount": str(worker.target_backlog_per_replica),
+    }
+    trigger: dict[str, Any] = {"type": "redis-streams", "name": "pending", "metadata": metadata}
+    if auth:
+        trigger["authenticationRef"] = {"name": auth}
+    return [trigger]
+
+
 def build_trigger_auth(pool: InferencePool, worker: Worker) -> dict[str, Any] | None:
     ref = worker.queue.auth_secret_ref
     if ref is None:
@@ -327,6 +347,6 @@ def build_worker_scaled_object(pool: InferencePool, worker: Worker, cap: Cap) ->
             "maxReplicaCount": cap.effective_max,
             "pollingInterval": worker.polling_interval_seconds,
             "cooldownPeriod": worker.cooldown_seconds,
-            "triggers": [_trigger(worker, auth)],
+            "triggers": [_trigger(worker, auth), *_pending_trigger(worker, auth)],
         },
     }
