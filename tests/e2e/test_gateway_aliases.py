@@ -5,6 +5,7 @@ model wins; an alias resolves only in the caller's namespace; a tenant-limited a
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import yaml
 from tools.localcluster import Cluster
 
 from tests.e2e import test_gateway as gw
-from tests.e2e.conftest import Operator
+from tests.e2e.conftest import Operator, free_port
 from tests.e2e.test_gateway import CLAUDE, POOL, Team, client, ended, line, running_gateway, upload
 
 emu, teams = gw.emu, gw.teams  # the module fixtures of test_gateway.py, by name (two namespaces, their pools)
@@ -113,3 +114,20 @@ def test_the_anthropic_face_resolves_the_same_alias(aliased: str, teams: dict[st
         claude.messages.batches.create(
             requests=[{"custom_id": "a1", "params": {**request, "model": "anthropic/claude"}}]  # type: ignore[list-item]
         )
+
+
+def test_the_metrics_port_counts_requests_by_tenant_route_and_code_and_upload_bytes(
+    cluster: Cluster, operator: Operator, teams: dict[str, Team], tmp_path: Path
+) -> None:
+    port = free_port()
+    with running_gateway(cluster, operator, BARGE_GATEWAY_METRICS_PORT=str(port)) as (url, _):
+        made = upload(client(url, teams["acme"].token), tmp_path, [line("m1", "hello")])
+        with pytest.raises(openai.AuthenticationError):
+            client(url, "not-a-token").batches.list()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        with pytest.raises(urllib.error.HTTPError):  # the callers' port serves no metrics
+            urllib.request.urlopen(f"{url}/metrics", timeout=5)  # noqa: S310
+    assert 'barge_gateway_requests_total{code="200",route="/v1/files",tenant="acme"} 1.0' in text
+    assert 'barge_gateway_requests_total{code="401",route="/v1/batches",tenant=""} 1.0' in text
+    assert f'barge_gateway_upload_bytes_total{{tenant="acme"}} {float(made.bytes)}' in text

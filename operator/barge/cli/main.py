@@ -185,6 +185,14 @@ def gateway(
     max_lines: Annotated[
         int, typer.Option(envvar="BARGE_GATEWAY_MAX_LINES", help="Most requests per input file.", min=1)
     ] = 50_000,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            envvar="BARGE_GATEWAY_METRICS_PORT",
+            help="Port of the gateway's /metrics server, apart from the callers' port (0: none).",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """The OpenAI Files and Batches API in front of Barge: a batch is an LLMBatchJob of the caller's namespace."""
     import os
@@ -199,7 +207,9 @@ def gateway(
         os.environ.get("BARGE_ALLOWED_FILE_ROOTS", ""),
         shared_file_roots=os.environ.get("BARGE_SHARED_FILE_ROOTS", "").strip().lower() in ("true", "1", "yes"),
     )
-    settings = GatewaySettings(audience=audience, max_upload_bytes=max_upload_bytes, max_lines=max_lines)
+    settings = GatewaySettings(
+        audience=audience, max_upload_bytes=max_upload_bytes, max_lines=max_lines, metrics_port=metrics_port
+    )
     serve(host, port, policy, settings)
 
 

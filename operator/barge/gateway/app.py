@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from barge.gateway.anthropic_api import MessageBatches
+from barge.gateway.metrics import GatewayMetrics
 from barge.gateway.server import Gateway, GatewaySettings
 from barge.operator.kube import Kube
 from barge.policy import Policy
@@ -14,17 +15,36 @@ async def healthz(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(kube: Kube, policy: Policy, settings: GatewaySettings) -> web.Application:
+def make_app(
+    kube: Kube,
+    policy: Policy,
+    settings: GatewaySettings,
+    metrics: GatewayMetrics | None = None,
+    host: str = "127.0.0.1",
+) -> web.Application:
+    """The callers' application; with `settings.metrics_port` it also starts the /metrics server on that port."""
     gateway = Gateway(kube, policy, settings)
-    app = web.Application(client_max_size=settings.max_upload_bytes + (1 << 20))
+    counted = metrics or GatewayMetrics()
+    app = web.Application(client_max_size=settings.max_upload_bytes + (1 << 20), middlewares=[counted.middleware()])
     app.add_routes([web.get("/healthz", healthz), *gateway.routes(), *MessageBatches(gateway).routes()])
+    runners: list[web.AppRunner] = []
+
+    async def start_metrics(_: web.Application) -> None:
+        if settings.metrics_port:
+            runner = web.AppRunner(counted.app(), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, host, settings.metrics_port).start()
+            runners.append(runner)
 
     async def close(_: web.Application) -> None:
+        for runner in runners:
+            await runner.cleanup()
         await kube.close()
 
+    app.on_startup.append(start_metrics)
     app.on_cleanup.append(close)
     return app
 
 
 def serve(host: str, port: int, policy: Policy, settings: GatewaySettings) -> None:
-    web.run_app(make_app(Kube(), policy, settings), host=host, port=port, print=None)
+    web.run_app(make_app(Kube(), policy, settings, host=host), host=host, port=port, print=None)

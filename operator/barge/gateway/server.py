@@ -22,7 +22,7 @@ from aiohttp import BodyPartReader, web
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from barge.batch import failpoints
-from barge.gateway import batches, files
+from barge.gateway import batches, files, metrics
 from barge.gateway.auth import Authority, Caller, Forbidden, Unauthorized, token_of
 from barge.gateway.jobs import Jobs
 from barge.netguard import AddressCheck
@@ -49,6 +49,8 @@ class GatewaySettings:
     """Most requests per file (OpenAI's 50,000 by default)."""
     default_max_tokens: int = 1024
     """spec.request.maxTokens of a batch whose lines set no max_tokens (the job is priced by it)."""
+    metrics_port: int = 0
+    """Port of the /metrics server (gateway/metrics.py), apart from the callers' port; 0: no metrics server."""
 
 
 ErrorShape = Callable[[int, str, "str | None", "str | None"], web.Response]
@@ -104,6 +106,7 @@ class Gateway:
     # --- plumbing ----------------------------------------------------------------------------------------------
     async def _caller(self, request: web.Request, verb: str) -> Caller:
         caller = await self.authority.caller(token_of(request.headers))
+        request[metrics.TENANT] = caller.tenant  # the metrics' tenant label, also for a 403 that follows
         await self.authority.allow(caller, verb)
         return caller
 
@@ -220,6 +223,7 @@ class Gateway:
         if purpose != "batch":
             await self._off_loop(files.delete, place, obj["id"])
             raise HttpError(400, f"purpose must be 'batch' (got {purpose!r})", param="purpose")
+        request[metrics.UPLOADED] = int(obj.get("bytes") or 0)
         return _json(obj)
 
     async def list_files(self, request: web.Request) -> web.Response:
