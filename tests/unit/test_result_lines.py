@@ -9,6 +9,7 @@ import pytest
 
 from barge.providers.anthropic_provider import result_from_line as anthropic_line
 from barge.providers.base import Outcome, Result, Usage
+from barge.providers.content import pack
 from barge.providers.openai_provider import result_from_line as openai_line
 
 
@@ -35,10 +36,32 @@ ANTHROPIC_USAGE = {
             Result("c1", Outcome.SUCCEEDED, "one", Usage(5, 6, 7, 8)),
         ),
         (
+            # a tool call among the text blocks: every block is kept beside the text (#29), never dropped
             message([{"type": "text", "text": "a"}, {"type": "tool_use", "id": "t"}, {"type": "text", "text": "b"}]),
-            Result("c1", Outcome.SUCCEEDED, "ab"),
+            Result(
+                "c1",
+                Outcome.SUCCEEDED,
+                pack(
+                    "ab",
+                    {
+                        "content": [
+                            {"type": "text", "text": "a"},
+                            {"type": "tool_use", "id": "t"},
+                            {"type": "text", "text": "b"},
+                        ],
+                        "stop_reason": "end_turn",
+                    },
+                ),
+            ),
         ),
-        (message([{"type": "tool_use", "id": "t"}]), Result("c1", Outcome.SUCCEEDED, "")),
+        (
+            message([{"type": "tool_use", "id": "t"}]),
+            Result(
+                "c1",
+                Outcome.SUCCEEDED,
+                pack("", {"content": [{"type": "tool_use", "id": "t"}], "stop_reason": "end_turn"}),
+            ),
+        ),
         (message([]), Result("c1", Outcome.SUCCEEDED, "")),
         (
             message([{"type": "text", "text": "no"}], stop="refusal", usage={"input_tokens": 3}),
