@@ -2,7 +2,8 @@
 
 Why: a cold `make demo` sat for half an hour building with no word of what or for how long. The demo uses
 etcd, kube-apiserver and kubectl (the local control plane); `localcluster.py up` builds those with the rest of
-their Go module and helm and actionlint beside them. Never argocd or KEDA: those are `make tools` (the tests).
+their Go module (kube-controller-manager, kubelet, kube-scheduler come with the same build) and nothing else: helm,
+actionlint, argocd and KEDA are `make tools` (the tests).
 The durations are the README's (its tool build section): measured once on a busy 2-core machine, not here.
 
     python3 tools/demo_tools.py     # prints the plan; builds nothing
@@ -26,7 +27,7 @@ class Build:
     binaries: tuple[str, ...]
     cold: str
     used: bool
-    """Whether the demo itself runs it (the others are built by `localcluster.py up` all the same)."""
+    """Whether the demo itself runs it (the others come with the same Go build)."""
 
 
 #: One entry per Go build that `localcluster.py up` makes, in its order.
@@ -38,8 +39,6 @@ BUILDS = (
         "~25 min",
         used=True,
     ),
-    Build("helm", ("helm",), "~12 min", used=False),
-    Build("actionlint", ("actionlint",), "a few minutes (not measured)", used=False),
 )
 
 
@@ -52,7 +51,9 @@ def report(paths: dict[str, Path] | None = None) -> list[str]:
     paths = paths if paths is not None else localcluster.binaries()
     todo = [b for b in BUILDS if missing(b, paths)]
     cached = [b.what.split(" (")[0] for b in BUILDS if not missing(b, paths)]
-    lines = [f"   cache: {localcluster.CACHE} (argocd and KEDA are not built: the demo does not use them)"]
+    lines = [
+        f"   cache: {localcluster.CACHE} (helm, actionlint, argocd and KEDA are not built: the demo does not use them)"
+    ]
     if cached:
         lines.append(f"   already built: {', '.join(cached)}")
     if not todo:

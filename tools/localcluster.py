@@ -158,8 +158,13 @@ def build_keda() -> None:
     )
 
 
-def build(argocd: bool = True, keda: bool = False) -> dict[str, Path]:
-    """Build (or reuse) every tool; `argocd=False` for callers that only need the control plane and helm."""
+#: What the control plane and the node run (etcd's and k8s's builds): `up`, `kubectl-path` and the demo need no more.
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kubectl", "kube-controller-manager", "kubelet", "kube-scheduler")
+
+
+def build(argocd: bool = True, keda: bool = False, dev_tools: bool = True) -> dict[str, Path]:
+    """Build (or reuse) every tool; `argocd=False` for callers that only need the control plane and helm;
+    `dev_tools=False` (with argocd=False) for the control plane alone: no helm, no actionlint (`up`, the demo)."""
     bins = binaries()
     if keda:
         build_keda()
@@ -176,6 +181,8 @@ def build(argocd: bool = True, keda: bool = False) -> dict[str, Path]:
         ],
         ldflags=K8S_LDFLAGS,
     )
+    if not dev_tools and not argocd:
+        return bins
     _go_build(
         "helm",
         bins["helm"].parent,
@@ -339,7 +346,7 @@ def up(
     (the operator benchmark's audit log). `node`: a real node too (tools/localnode.py: kubelet, scheduler,
     containerd; implies the controllers), with `images` ({base name: OCI archive}) imported besides the pause
     image; the default imports Barge's image from `make image` when it is built."""
-    bins = build(argocd=False)
+    bins = build(argocd=False, dev_tools=False)
     directory = directory.resolve()
     if node:
         controllers = True
@@ -520,10 +527,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"binaries ready in {time.monotonic() - started:.1f}s: " + " ".join(str(p) for p in bins.values()))
     elif opts.command == "tool-path":  # e.g. `tool-path actionlint`: built (without argocd) if missing
         with contextlib.redirect_stdout(sys.stderr):  # build messages stay out of the printed path
-            tool = build(argocd=False)[opts.args[0]]
+            tool = build(argocd=False, dev_tools=opts.args[0] not in CONTROL_PLANE)[opts.args[0]]
         print(tool)
     elif opts.command == "kubectl-path":
-        print(build(argocd=False)["kubectl"])
+        print(build(argocd=False, dev_tools=False)["kubectl"])
     elif opts.command == "up":
         up(opts.dir, controllers=opts.controllers, node=opts.node)
     elif opts.command == "down":

@@ -36,7 +36,7 @@ PG = {"ledger": {"postgresql": {"enabled": True, "existingSecret": "barge-ledger
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    return localcluster.build()["helm"]
+    return localcluster.build(argocd=False)["helm"]  # argocd is not needed to render the chart
 
 
 @pytest.fixture(scope="module", autouse=True)
