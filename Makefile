@@ -104,7 +104,7 @@ cluster-down: ## Stop the local control plane
 	@rm -f .barge/kubeconfig
 
 ##@ Demo and benchmarks
-demo: deps venv ## Local control plane + emulator + operator on free ports; the claims-nightly sample watched to completion (says what it builds from Go and how long a cold build takes; not argocd, not KEDA)
+demo: deps venv ## Local control plane + emulator + operator on free ports; the claims-nightly sample watched to completion (builds only etcd and the Kubernetes control plane from Go, says so and how long a cold build takes)
 	bash tools/demo.sh
 
 bench: deps venv ## Benchmarks (bench/), printed as tables (deps: bench_workers needs redis-server, bench_ingest PostgreSQL)
