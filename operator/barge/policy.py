@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from barge import admission_policy, budget_policy, gateway_policy, pool_placement
+from barge import admission_policy, budget_policy, gateway_policy, pool_placement, reconcile_policy
 from barge import limits as limits_
 from barge.limits import LedgerLimits
 
@@ -131,6 +131,8 @@ class Policy:
     """Monthly budgets per tenant and namespace (policy section `budgets`, barge/budget_policy.py)."""
     gateway: gateway_policy.GatewayPolicy = gateway_policy.DEFAULT
     """The admin's model aliases for `barge gateway` (policy section `gateway`, barge/gateway_policy.py)."""
+    reconcile: reconcile_policy.ReconcilePolicy = reconcile_policy.DEFAULT
+    """Admin keys for the providers' usage and cost reports (policy section `reconcile`, barge/reconcile_policy.py)."""
 
     def prefixes_for(self, namespace: str, tenant: str) -> tuple[str, ...]:
         """The storage prefixes of one tenant, placeholders expanded."""
@@ -432,7 +434,18 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
     """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes,
     each with {tenant} or {namespace} unless `shared_file_roots` (BARGE_SHARED_FILE_ROOTS) or sharedFileRoots."""
     data = dict(data or {})
-    sections = {"storage", "endpoints", "pools", "workers", "admission", "ledger", "tenancy", "budgets", "gateway"}
+    sections = {
+        "storage",
+        "endpoints",
+        "pools",
+        "workers",
+        "admission",
+        "ledger",
+        "tenancy",
+        "budgets",
+        "gateway",
+        "reconcile",
+    }
     unknown = set(data) - sections
     if unknown:
         raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
@@ -469,5 +482,6 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         ledger=limits_.parse(data.get("ledger")),
         budgets=budget_policy.parse(data.get("budgets")),
         gateway=gateway_policy.parse(data.get("gateway")),
+        reconcile=reconcile_policy.parse(data.get("reconcile")),
         require_tenant_label=bool(dict(data.get("tenancy") or {}).get("requireLabel", False)),
     )

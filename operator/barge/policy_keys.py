@@ -252,10 +252,29 @@ KEYS: tuple[Key, ...] = (
         "another namespace's pool. Unknown keys stop the operator and the gateway.",
         {"pool": "azure-global-batch", "tenants": ["acme"]},
     ),
+    Key(
+        "reconcile.providers.openai.secretRef",
+        "{namespace, name, key}",
+        "none: no reconciliation",
+        'The Secret (marked barge.dev/credential: "true") holding OpenAI\'s '
+        "admin key (key defaults to adminKey). The operator compares the ledger with the provider's usage and cost "
+        "reports every reconcile.intervalSeconds (barge_reconcile_difference_usd, alert BargeBillingMismatch).",
+        {"namespace": "barge-system", "name": "openai-admin", "key": "adminKey"},
+    ),
+    Key(
+        "reconcile.providers.openai.baseURL",
+        "URL",
+        "the provider's",
+        "Where its admin API is. The same two keys under reconcile.providers.anthropic for Anthropic.",
+        "https://api.openai.com/v1",
+    ),
+    Key("reconcile.thresholdUSD", "number (USD)", "`0.01`", "A provider's day differing by more is a mismatch.", 1),
+    Key("reconcile.intervalSeconds", "number", "`86400`", "Seconds between comparisons.", 86400),
+    Key("reconcile.days", "integer (1..31)", "`3`", "Complete UTC days compared each time, ending yesterday.", 3),
 )
 
 #: Sections where the parser refuses a key it does not know (elsewhere unknown keys are ignored).
-CLOSED = ("", "admission", "ledger", "budgets", "gateway")
+CLOSED = ("", "admission", "ledger", "budgets", "gateway", "reconcile")
 
 
 def example_document() -> dict[str, Any]:

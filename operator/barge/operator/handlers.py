@@ -15,7 +15,18 @@ import kopf
 from barge.batch import prices, zygote
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
-from barge.operator import diffbase, focus_timer, jobs, metrics, pools, ports, purge, schedules, second_door
+from barge.operator import (
+    diffbase,
+    focus_timer,
+    jobs,
+    metrics,
+    pools,
+    ports,
+    purge,
+    reconcile_timer,
+    schedules,
+    second_door,
+)
 from barge.operator import login as inclusterlogin
 from barge.operator.cache import CachedKube
 
@@ -57,10 +68,12 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             memo["focus"] = asyncio.create_task(focus_timer.run(ctx))
         if config.second_door_seconds > 0:
             memo["doors"] = asyncio.create_task(second_door.run(ctx))
+        if config.policy.reconcile.providers:  # off unless the policy names an admin key
+            memo["reconcile"] = asyncio.create_task(reconcile_timer.run(ctx))
 
     @on.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        for task in ("purge", "lag", "focus", "doors"):
+        for task in ("purge", "lag", "focus", "doors", "reconcile"):
             if task in memo:
                 memo[task].cancel()
         if "server" in memo:

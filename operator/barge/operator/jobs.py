@@ -35,7 +35,7 @@ from barge.config import OperatorConfig
 from barge.k8s import schedule
 from barge.ledger import Ledger, lifetime
 from barge.ledger import quota as ledger_quota
-from barge.operator import admission, faultstatus, fromjob, metrics, pools, second_door
+from barge.operator import admission, faultstatus, fromjob, metrics, pools, reconcile_timer, second_door
 from barge.operator import quota as quota_
 from barge.operator import status as status_
 from barge.operator.cache import ClientSpec, Watched
@@ -79,6 +79,7 @@ class Context:
     """Event-loop lag per loop: Kopf's (`main`) and the engine loops (barge_event_loop_lag_seconds)."""
     queues: quota_.Queues = field(default_factory=quota_.Queues)
     doors: second_door.Doors = field(default_factory=second_door.Doors)
+    reconciled: reconcile_timer.Reconciled = field(default_factory=reconcile_timer.Reconciled)
     """Provider credentials jobs use, and the batches on them Barge did not create (operator/second_door.py)."""
     """Per provider deployment, the jobs waiting for its batch quota (operator/quota.py)."""
     _engine: Engine | None = None

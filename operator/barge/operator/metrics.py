@@ -33,7 +33,7 @@ from barge.api.batchjob import LLMBatchJobSpec
 from barge.batch import prices
 from barge.k8s.pool import PENDING_METRIC
 from barge.ledger import lifetime, space
-from barge.operator import ports, quota, second_door, tenant_metrics
+from barge.operator import ports, quota, reconcile_timer, second_door, tenant_metrics
 from barge.operator.looplag import LagCollector, stuck
 from barge.providers.base import Usage
 
@@ -215,6 +215,7 @@ class BargeCollector(Collector):
         yield from self._space()
         yield from tenant_metrics.collect(self.ctx.ledger, self.ctx.config.policy.budgets, self.ctx.prices, now)
         yield from second_door.collect(self.ctx.doors)
+        yield from reconcile_timer.collect(self.ctx.reconciled)
 
     def _space(self) -> Iterator[GaugeMetricFamily]:
         """The ledger's volume (SQLite; statvfs and file sizes, cheap at each scrape): alerts fire before planning
