@@ -396,6 +396,21 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _closed(value: Any, where: str, known: Iterable[str]) -> dict[str, Any]:
+    """A mapping of the admin's file (`where`: its section, e.g. "policy tenancy") with only the `known` keys; None is
+    empty. Every section goes through here: a typo (tenancy.requireLabels) stops the operator at start-up instead of
+    silently dropping a rule (#27)."""
+    names = sorted(known)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be a mapping of {', '.join(names)}")
+    unknown = sorted(map(str, set(value) - set(names)))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} in {where} (known: {', '.join(names)})")
+    return dict(value)
+
+
 def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
@@ -430,29 +445,28 @@ def _file_root(root: str, shared: bool) -> str:
     return _prefix("file://" + root.rstrip("/") + "/", "BARGE_ALLOWED_FILE_ROOTS")
 
 
+#: The keys of the sections read here; admission_policy, limits, budget_policy, gateway_policy and reconcile_policy
+#: check their own sections' keys. policy_keys.py documents every one.
+KEYS: dict[str, tuple[str, ...]] = {
+    "storage": ("prefixes", "tenants", "ambientCredentials", "sharedFileRoots"),
+    "endpoints": ("allow",),
+    "pools": ("images", "extraFlags", "commands", "nodeSelectors", "tolerations"),
+    "workers": ("maxPayloadBytes",),
+    "tenancy": ("requireLabel",),
+}
+SECTIONS = (*KEYS, "admission", "ledger", "budgets", "gateway", "reconcile")
+ENTRY = ("host", "private")  # of endpoints.allow
+
+
 def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared_file_roots: bool = False) -> Policy:
     """The admin's policy document (see the README); `file_roots` are BARGE_ALLOWED_FILE_ROOTS, kept as prefixes,
     each with {tenant} or {namespace} unless `shared_file_roots` (BARGE_SHARED_FILE_ROOTS) or sharedFileRoots."""
-    data = dict(data or {})
-    sections = {
-        "storage",
-        "endpoints",
-        "pools",
-        "workers",
-        "admission",
-        "ledger",
-        "tenancy",
-        "budgets",
-        "gateway",
-        "reconcile",
-    }
-    unknown = set(data) - sections
-    if unknown:
-        raise ValueError(f"unknown policy section(s): {sorted(unknown)}")
-    storage = dict(data.get("storage") or {})
-    endpoints = dict(data.get("endpoints") or {})
-    pools = dict(data.get("pools") or {})
-    workers = dict(data.get("workers") or {})
+    data = _closed(data, "the policy file's top level", SECTIONS)
+    storage = _closed(data.get("storage"), "policy storage", KEYS["storage"])
+    endpoints = _closed(data.get("endpoints"), "policy endpoints", KEYS["endpoints"])
+    pools = _closed(data.get("pools"), "policy pools", KEYS["pools"])
+    workers = _closed(data.get("workers"), "policy workers", KEYS["workers"])
+    tenancy = _closed(data.get("tenancy"), "policy tenancy", KEYS["tenancy"])
     prefixes = [_prefix(p, "storage.prefixes") for p in _strings(storage.get("prefixes"), "storage.prefixes")]
     shared = shared_file_roots or bool(storage.get("sharedFileRoots", False))
     prefixes += [_file_root(r, shared) for r in file_roots]
@@ -464,8 +478,8 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         tenants.append((str(tenant), tuple(_prefix(p, where) for p in _strings(listed, where))))
     allow = []
     for item in endpoints.get("allow") or []:
-        entry = {"host": item} if isinstance(item, str) else dict(item)
-        if set(entry) - {"host", "private"} or not isinstance(entry.get("host"), str):
+        entry = _closed({"host": item} if isinstance(item, str) else item, "policy endpoints.allow entry", ENTRY)
+        if not isinstance(entry.get("host"), str):
             raise ValueError(f"policy endpoints.allow entry {item!r}: expected host and optional private")
         allow.append(Endpoint(entry["host"].lower(), bool(entry.get("private", False))))
     return Policy(
@@ -483,5 +497,5 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         budgets=budget_policy.parse(data.get("budgets")),
         gateway=gateway_policy.parse(data.get("gateway")),
         reconcile=reconcile_policy.parse(data.get("reconcile")),
-        require_tenant_label=bool(dict(data.get("tenancy") or {}).get("requireLabel", False)),
+        require_tenant_label=bool(tenancy.get("requireLabel", False)),
     )

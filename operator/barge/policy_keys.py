@@ -273,8 +273,20 @@ KEYS: tuple[Key, ...] = (
     Key("reconcile.days", "integer (1..31)", "`3`", "Complete UTC days compared each time, ending yesterday.", 3),
 )
 
-#: Sections where the parser refuses a key it does not know (elsewhere unknown keys are ignored).
-CLOSED = ("", "admission", "ledger", "budgets", "gateway", "reconcile")
+#: Sections where the parser refuses a key it does not know: since #27 every one (a typo stops the operator).
+CLOSED = (
+    "",
+    "storage",
+    "endpoints",
+    "pools",
+    "workers",
+    "tenancy",
+    "admission",
+    "ledger",
+    "budgets",
+    "gateway",
+    "reconcile",
+)
 
 
 def example_document() -> dict[str, Any]:
