@@ -227,8 +227,8 @@ def policy_page() -> str:
         + "# Policy file\n\nThe admin's policy (`BARGE_POLICY_FILE`; the chart mounts `operator.policy`), read once "
         "at start-up: an unknown section stops the operator, and so does an unknown key in "
         + ", ".join(f"`{s}`" for s in policy_keys.CLOSED if s)
-        + " or in an entry of `endpoints.allow` or `pools.tolerations`; elsewhere an unknown key is ignored, so check "
-        "its spelling here. How to write one: "
+        + " or in an entry of `endpoints.allow` or `pools.tolerations`: the error names the key, its section and "
+        "the keys that section knows. How to write one: "
         "[Multi-tenancy policy](../how-to/multi-tenancy.md). Every key, from `operator/barge/policy_keys.py` "
         "(`tests/unit/test_policy_keys.py` checks that the parser accepts each, and that those sections refuse "
         "any other):\n\n" + "\n".join(rows) + "\n"
