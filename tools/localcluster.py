@@ -128,6 +128,13 @@ def _go_build(
             _go_build_locked(module, out, packages, ldflags, names, toolchain)
 
 
+def link_flags(ldflags: str) -> str:
+    """`-s -w` (no symbol table, no DWARF: these binaries are never debugged here; Go's stack traces need neither)
+    before the caller's `-X` version flags. Measured on etcd from an empty build cache: 199 s of CPU instead of
+    256 s (-22%); a cold `make tools` is CPU-bound on 2 cores."""
+    return f"-s -w {ldflags}".strip()
+
+
 def _go_build_locked(
     module: str, out: Path, packages: list[str], ldflags: str, names: list[str], toolchain: str
 ) -> None:
@@ -136,7 +143,7 @@ def _go_build_locked(
     tmp.mkdir(parents=True)
     started = time.monotonic()
     print(f"building {', '.join(names)} from Go modules (first time only) ...", flush=True)
-    flags = [f"-ldflags={ldflags}"] if ldflags else []
+    flags = [f"-ldflags={link_flags(ldflags)}"]
     target = str(tmp / names[0]) if len(names) == 1 and names[0] != Path(packages[0]).name else str(tmp) + "/"
     env = {**os.environ, "GOTOOLCHAIN": toolchain} if toolchain else None
     subprocess.run(

@@ -46,3 +46,8 @@ def test_the_control_plane_build_is_what_the_demo_lists_and_nothing_else(monkeyp
     built.clear()
     localcluster.build(argocd=False)
     assert built == ["etcd", "k8s", "helm", "actionlint"]
+
+
+def test_every_go_build_links_without_symbols_and_dwarf_and_keeps_the_version_flags() -> None:
+    assert localcluster.link_flags("") == "-s -w"
+    assert localcluster.link_flags("-X a.b=c") == "-s -w -X a.b=c"
