@@ -412,8 +412,9 @@ def spend_and_admission_cases(case: Any, fires: Any) -> list[dict[str, Any]]:
                 op("barge_reconcile_difference_usd", "0 0 1.5 1.5", provider="anthropic", day="2026-12-01"),
                 op("barge_reconcile_difference_usd", "-0.5 -0.5 -3 -3", provider="anthropic", day="2026-11-30"),
                 op("barge_reconcile_difference_usd", "0.4 0.4 0.4 0.4", provider="openai", day="2026-12-01"),
-                op("barge_reconcile_threshold_usd", "1+0x3", provider="anthropic"),
-                op("barge_reconcile_threshold_usd", "1+0x3", provider="openai"),
+                op("barge_reconcile_threshold_usd", "1+0x3", provider="anthropic", day="2026-12-01"),
+                op("barge_reconcile_threshold_usd", "1+0x3", provider="anthropic", day="2026-11-30"),
+                op("barge_reconcile_threshold_usd", "1+0x3", provider="openai", day="2026-12-01"),
             ],
             ("1m", []),  # -0.5 and 0.4 are within $1
             (

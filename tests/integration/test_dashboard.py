@@ -179,7 +179,10 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
         policy = workdir / "policy.yaml"  # the emulators on 127.0.0.1 are the providers here: the admin allows them
         # ... and gives claims-team a monthly budget (#31: the tenant budget gauges and the budget panels)
         budgets = {"tenants": {"claims-team": {"monthlyUSD": 1000, "warnAt": 0.8}}}
-        policy.write_text(yaml.safe_dump({**admin_policy(workdir), "budgets": budgets}))
+        # ... and an admin key for reconciliation (#31.4: the comparison at start-up exports barge_reconcile_*)
+        admin_key = {"secretRef": {"namespace": ns, "name": "provider", "key": "api-key"}, "baseURL": fast.url}
+        reconcile = {"providers": {"anthropic": admin_key}}
+        policy.write_text(yaml.safe_dump({**admin_policy(workdir), "budgets": budgets, "reconcile": reconcile}))
         operator = start(
             [sys.executable, "-m", "barge.cli", "operator", "--namespace", ns, "--metrics-port", str(operator_port)],
             workdir / "operator.log",

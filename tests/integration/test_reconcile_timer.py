@@ -89,7 +89,7 @@ async def test_the_timer_exports_the_difference_per_provider_and_day(
     expected = float(line.barge_usd) * (ratio - 1)
     assert got[("barge_reconcile_difference_usd", ("anthropic", today))] == pytest.approx(expected, abs=2e-6)
     assert got[("barge_reconcile_difference_usd", ("anthropic", yesterday))] == 0.0  # compared, nothing either side
-    assert got[("barge_reconcile_threshold_usd", ("anthropic",))] == 0.0001
+    assert got[("barge_reconcile_threshold_usd", ("anthropic", today))] == 0.0001
     # the unmarked Secret is never read: the provider is counted as failed and exports no difference
     assert got[("barge_reconcile_errors_total", ("openai",))] == 1
     assert not any(k[0] == "barge_reconcile_difference_usd" and k[1][0] == "openai" for k in got)

@@ -2,10 +2,11 @@
 compare the ledger with each provider's own usage and cost report for the last `reconcile.days` complete UTC days
 (reports/reconcile.py), with the admin key read from the marked Secret the policy names.
 
-Exported as `barge_reconcile_difference_usd{provider, day}` (provider's cost - Barge's; 0 for a day both agree on,
-so the alert sees every day compared) and `barge_reconcile_threshold_usd{provider}` (the policy's thresholdUSD), which
-the alert BargeBillingMismatch compares. Off unless the policy lists a provider. A provider whose report or Secret
-cannot be read is logged, counted in `barge_reconcile_errors_total{provider}` and keeps its last figures.
+Exported as `barge_reconcile_difference_usd{provider, day}` (provider's cost - Barge's; 0 for a day both agree
+on, so the alert sees every day compared) and `barge_reconcile_threshold_usd{provider, day}` (the policy's
+thresholdUSD, on the same series), which the alert BargeBillingMismatch compares. Off unless the policy lists a
+provider. A provider whose report or Secret cannot be read is logged, counted in
+`barge_reconcile_errors_total{provider}` and keeps its last figures.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Reconciled:
     """What the last comparison found: (provider, day) -> difference in USD, and failures per provider."""
 
     differences: dict[tuple[str, str], float] = field(default_factory=dict)
-    thresholds: dict[str, float] = field(default_factory=dict)
+    thresholds: dict[tuple[str, str], float] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
 
 
@@ -61,7 +62,7 @@ async def reconcile_once(ctx: Context, now: float) -> list[reconcile.Line]:
             name = datetime.fromtimestamp(day, UTC).strftime("%Y-%m-%d")
             line = found.get(name)
             ctx.reconciled.differences[(admin.provider, name)] = float(line.difference_usd) if line else 0.0
-        ctx.reconciled.thresholds[admin.provider] = float(rules.threshold_usd)
+            ctx.reconciled.thresholds[(admin.provider, name)] = float(rules.threshold_usd)
         mismatched = [x for x in lines if x.mismatched(rules.threshold_usd)]
         for x in mismatched:
             log.warning(
@@ -71,7 +72,8 @@ async def reconcile_once(ctx: Context, now: float) -> list[reconcile.Line]:
         out += lines
     oldest = datetime.fromtimestamp(lo, UTC).strftime("%Y-%m-%d")
     for stale in [k for k in ctx.reconciled.differences if k[1] < oldest]:
-        del ctx.reconciled.differences[stale]  # days out of the window leave the gauge
+        del ctx.reconciled.differences[stale]  # days out of the window leave the gauges
+        ctx.reconciled.thresholds.pop(stale, None)
     return out
 
 
@@ -96,10 +98,12 @@ def collect(state: Reconciled) -> Iterator[GaugeMetricFamily | CounterMetricFami
         diff.add_metric([provider, day], value)
     yield diff
     threshold = GaugeMetricFamily(
-        "barge_reconcile_threshold_usd", "Policy reconcile.thresholdUSD per provider and day", labels=["provider"]
+        "barge_reconcile_threshold_usd",
+        "Policy reconcile.thresholdUSD per provider and day",
+        labels=["provider", "day"],
     )
-    for provider, value in sorted(state.thresholds.items()):
-        threshold.add_metric([provider], value)
+    for (provider, day), value in sorted(state.thresholds.items()):
+        threshold.add_metric([provider, day], value)
     yield threshold
     errors = CounterMetricFamily(
         "barge_reconcile_errors",
