@@ -88,6 +88,7 @@ def emulator(
 
     Base URLs: Anthropic SDK http://HOST:PORT, OpenAI SDK http://HOST:PORT/v1, AzureOpenAI azure_endpoint
     http://HOST:PORT. Any API key works except the literal `invalid`.
+
     Given vLLM's `serve` flags (--model, --served-model-name, --host, --port, --max-num-seqs, --api-key, and the GPU
     ones, accepted and unused), it stands in for vLLM as --vllm does: `barge emulator` is then a drop-in command for
     an engine InferencePool running Barge's image (spec.engine.command: [barge, emulator]).
