@@ -13,7 +13,7 @@ from urllib.parse import quote
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from barge.gateway.batches import LABEL
-from barge.operator.kube import InvalidName, Kube, dns_name
+from barge.operator.kube import InvalidName, Kube, call, dns_name
 
 
 def _path(namespace: str, name: str | None = None) -> str:
@@ -33,17 +33,7 @@ class Jobs:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> Any:
-        api = await self.kube.api()
-        return await api.call_api(
-            path,
-            method,
-            query_params=query or [],
-            body=body,
-            auth_settings=["BearerToken"],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            response_types_map={200: "object", 201: "object"},
-            _return_http_data_only=True,
-        )
+        return await call(self.kube, path, method, body=body, query=query, content_type=content_type)
 
     async def create(self, job: dict[str, Any]) -> dict[str, Any]:
         found: dict[str, Any] = await self._call(_path(job["metadata"]["namespace"]), "POST", job)

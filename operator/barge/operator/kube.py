@@ -156,6 +156,29 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     return f"{path}/{quote(dns_name(name, kind + ' name'), safe='')}" if name else path
 
 
+async def call(
+    kube: Kube,
+    path: str,
+    method: str,
+    *,
+    body: Any = None,
+    query: list[tuple[str, str]] | None = None,
+    content_type: str = "application/json",
+) -> Any:
+    """One API call on an already checked and quoted `path`, answered as plain JSON (Objects, the gateway's jobs)."""
+    api = await kube.api()
+    return await api.call_api(
+        path,
+        method,
+        query_params=query or [],
+        body=body,
+        auth_settings=["BearerToken"],
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        response_types_map={200: "object", 201: "object"},
+        _return_http_data_only=True,
+    )
+
+
 class Objects:
     """Server-side apply, get, list and delete for the kinds Barge generates (a thin layer over call_api)."""
 
@@ -171,17 +194,7 @@ class Objects:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> Any:
-        api = await self.kube.api()
-        return await api.call_api(
-            path,
-            method,
-            query_params=query or [],
-            body=body,
-            auth_settings=["BearerToken"],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            response_types_map={200: "object", 201: "object"},
-            _return_http_data_only=True,
-        )
+        return await call(self.kube, path, method, body=body, query=query, content_type=content_type)
 
     async def apply(self, obj: dict[str, Any]) -> Any:
         meta = obj["metadata"]
