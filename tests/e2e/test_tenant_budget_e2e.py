@@ -15,14 +15,22 @@ import yaml
 from tools.localcluster import Cluster
 
 from tests.conftest import Factory, kubectl_json, state
-from tests.e2e.conftest import SECRET, Operator, credential_secret, wait_for
+from tests.e2e.conftest import SECRET, Operator, credential_secret, own_control_plane, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A control plane of this module's own: its operator must never meet the package's `operator`, which watches
+    every namespace of the session's cluster (in a full run that one refused the job first: StoragePolicy)."""
+    with own_control_plane(tmp_path_factory.mktemp("budget") / "cluster") as cluster:
+        yield cluster
+
+
 @pytest.fixture
-def budget_operator(cluster: Cluster, tmp_path: Path) -> Iterator[Operator]:
-    op = Operator(cluster, tmp_path, "http://127.0.0.1:1/v1", name="budget-operator")
+def budget_operator(own_cluster: Cluster, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:1/v1", name="budget-operator")
     yield op
     op.stop()
 
@@ -53,8 +61,10 @@ def metric(text: str, name: str, tenant: str) -> float | None:
 
 
 def test_a_tenant_over_its_monthly_budget_waits_until_the_admin_raises_it(
-    cluster: Cluster, namespace: str, budget_operator: Operator, start_emulator: Factory
+    own_cluster: Cluster, budget_operator: Operator, start_emulator: Factory
 ) -> None:
+    cluster, namespace = own_cluster, "budget-team"
+    cluster.run_kubectl("create", "namespace", namespace)
     emu = start_emulator()
     credential_secret(cluster, namespace, "anthropic", {"api-key": SECRET})
     tenant = namespace  # no barge.dev/tenant label: the namespace is its own tenant
