@@ -15,6 +15,7 @@ import hmac
 import json
 import os
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -67,17 +68,25 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain")
 
 
-async def chat(request: web.Request) -> web.Response:
-    vllm = request.app[VLLM]
-    store = request.app[STORE]
+async def _body(request: web.Request, model: str) -> dict[str, Any] | web.Response:
+    """The request's JSON object for the served `model`, or the error vLLM answers (chat and embeddings alike)."""
     try:
         body = json.loads(await request.read())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return openai_shapes.error(400, "We could not parse the JSON body of your request.")
     if not isinstance(body, dict):
         return openai_shapes.error(400, "The body must be a JSON object.")
-    if body.get("model") != vllm.model:
+    if body.get("model") != model:
         return openai_shapes.error(404, f"The model `{body.get('model')}` does not exist.", type_="NotFoundError")
+    return body
+
+
+async def chat(request: web.Request) -> web.Response:
+    vllm = request.app[VLLM]
+    store = request.app[STORE]
+    body = await _body(request, vllm.model)
+    if isinstance(body, web.Response):
+        return body
     item = item_from_messages("vllm", body)
     if item.invalid:
         return openai_shapes.error(400, item.invalid)
@@ -104,14 +113,9 @@ async def embeddings(request: web.Request) -> web.Response:
     emulator/embeddings.py, through the same slots as chat."""
     vllm = request.app[VLLM]
     store = request.app[STORE]
-    try:
-        body = json.loads(await request.read())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return openai_shapes.error(400, "We could not parse the JSON body of your request.")
-    if not isinstance(body, dict):
-        return openai_shapes.error(400, "The body must be a JSON object.")
-    if body.get("model") != vllm.model:
-        return openai_shapes.error(404, f"The model `{body.get('model')}` does not exist.", type_="NotFoundError")
+    body = await _body(request, vllm.model)
+    if isinstance(body, web.Response):
+        return body
     asked = emb.read_body(body)
     if isinstance(asked, str):
         return openai_shapes.error(400, asked)

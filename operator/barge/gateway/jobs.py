@@ -25,23 +25,13 @@ class Jobs:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    async def _call(
-        self,
-        path: str,
-        method: str,
-        body: Any = None,
-        query: list[tuple[str, str]] | None = None,
-        content_type: str = "application/json",
-    ) -> Any:
-        return await call(self.kube, path, method, body=body, query=query, content_type=content_type)
-
     async def create(self, job: dict[str, Any]) -> dict[str, Any]:
-        found: dict[str, Any] = await self._call(_path(job["metadata"]["namespace"]), "POST", job)
+        found: dict[str, Any] = await call(self.kube, _path(job["metadata"]["namespace"]), "POST", body=job)
         return found
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            found: dict[str, Any] = await self._call(_path(namespace, name), "GET")
+            found: dict[str, Any] = await call(self.kube, _path(namespace, name), "GET")
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -54,18 +44,18 @@ class Jobs:
         return found
 
     async def list(self, namespace: str) -> list[dict[str, Any]]:
-        result: dict[str, Any] = await self._call(_path(namespace), "GET", query=[("labelSelector", LABEL)])
+        result: dict[str, Any] = await call(self.kube, _path(namespace), "GET", query=[("labelSelector", LABEL)])
         return [j for j in result.get("items") or [] if not (j.get("metadata") or {}).get("deletionTimestamp")]
 
     async def patch(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        found: dict[str, Any] = await self._call(
-            _path(namespace, name), "PATCH", patch, content_type="application/merge-patch+json"
+        found: dict[str, Any] = await call(
+            self.kube, _path(namespace, name), "PATCH", body=patch, content_type="application/merge-patch+json"
         )
         return found
 
     async def delete(self, namespace: str, name: str) -> None:
         try:
-            await self._call(_path(namespace, name), "DELETE")
+            await call(self.kube, _path(namespace, name), "DELETE")
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -78,7 +68,7 @@ class Jobs:
             return False
         path = _path(namespace).replace("/llmbatchjobs", "/inferencepools") + "/" + quote(name, safe="")
         try:
-            await self._call(path, "GET")
+            await call(self.kube, path, "GET")
         except ApiException as exc:
             if exc.status == 404:
                 return False
