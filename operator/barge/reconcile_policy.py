@@ -8,6 +8,13 @@ reconcile:
   providers:
     openai:    {secretRef: {namespace: barge-system, name: openai-admin, key: adminKey}, baseURL: ...}
     anthropic: {secretRef: {namespace: barge-system, name: anthropic-admin}}   # key defaults to adminKey
+    azure-openai:                # Azure's bill: Cost Management, read by a service principal (Cost Management Reader)
+      secretRef: {namespace: barge-system, name: azure-costs, key: clientSecret}   # key defaults to clientSecret
+      tenantId: 00000000-0000-0000-0000-000000000000
+      clientId: 11111111-1111-1111-1111-111111111111
+      scope: /subscriptions/<id>/resourceGroups/<group of the Azure OpenAI resource>
+      # baseURL: https://management.azure.com   loginURL: https://login.microsoftonline.com
+    mistral: {}                  # accepted, but reported "not available for mistral: <reason>" (no daily report)
 ```
 
 The admin key is read from a Secret marked `barge.dev/credential: "true"` (as every Secret Barge reads), named here
@@ -22,7 +29,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-PROVIDERS = ("openai", "anthropic")
+PROVIDERS = ("openai", "anthropic", "azure-openai", "mistral")
+#: Providers with no daily bill to read (providers/usage_reports.py NOT_AVAILABLE says why): no Secret needed.
+NO_REPORT = ("mistral",)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -35,6 +44,11 @@ class AdminKey:
     name: str
     key: str = "adminKey"
     base_url: str | None = None
+    tenant_id: str = ""
+    """azure-openai only, with client_id, scope and login_url: the service principal and the Cost Management scope."""
+    client_id: str = ""
+    scope: str = ""
+    login_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,11 +87,25 @@ def parse(raw: Any) -> ReconcilePolicy:
     keys = []
     for provider, entry in _closed(data.get("providers"), "reconcile.providers", PROVIDERS).items():
         where = f"reconcile.providers.{provider}"
-        item = _closed(entry, where, ("secretRef", "baseURL"))
+        if provider in NO_REPORT:
+            _closed(entry, where, ())
+            keys.append(AdminKey(str(provider), "", ""))
+            continue
+        azure = provider == "azure-openai"
+        known = ("secretRef", "baseURL", *(("tenantId", "clientId", "scope", "loginURL") if azure else ()))
+        item = _closed(entry, where, known)
         ref = _closed(item.get("secretRef"), f"{where}.secretRef", ("namespace", "name", "key"))
         namespace, name, key = (str(ref.get(k, "")) for k in ("namespace", "name", "key"))
         if not _NAME.match(namespace) or not _NAME.match(name):
             raise ValueError(f"policy {where}.secretRef needs a namespace and a name (DNS names)")
         url = item.get("baseURL")
-        keys.append(AdminKey(str(provider), namespace, name, key or "adminKey", str(url) if url else None))
+        extra: dict[str, Any] = {}
+        if azure:
+            extra = {k: str(item.get(p) or "") for k, p in (("tenant_id", "tenantId"), ("client_id", "clientId"))}
+            extra["scope"] = str(item.get("scope") or "")
+            if not all(extra.values()) or not extra["scope"].startswith("/subscriptions/"):
+                raise ValueError(f"policy {where} needs tenantId, clientId and a scope /subscriptions/<id>[/...]")
+            extra["login_url"] = str(item["loginURL"]) if item.get("loginURL") else None
+        default_key = "clientSecret" if azure else "adminKey"
+        keys.append(AdminKey(str(provider), namespace, name, key or default_key, str(url) if url else None, **extra))
     return ReconcilePolicy(threshold, interval, days, tuple(keys))

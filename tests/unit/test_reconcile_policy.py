@@ -38,10 +38,60 @@ def test_admin_keys_name_a_secret_and_an_optional_base_url() -> None:
     )
 
 
+def test_azure_names_a_service_principal_and_a_scope_and_mistral_needs_no_key() -> None:
+    rules = policy.parse(
+        {
+            "reconcile": {
+                "providers": {
+                    "azure-openai": {
+                        "secretRef": {"namespace": "barge-system", "name": "az"},
+                        "tenantId": "tenant-1",
+                        "clientId": "client-1",
+                        "scope": "/subscriptions/sub-1/resourceGroups/llm",
+                        "baseURL": "http://mgmt",
+                        "loginURL": "http://login",
+                    },
+                    "mistral": {},
+                }
+            }
+        }
+    ).reconcile
+    assert rules.providers == (
+        reconcile_policy.AdminKey(
+            "azure-openai",
+            "barge-system",
+            "az",
+            "clientSecret",
+            "http://mgmt",
+            "tenant-1",
+            "client-1",
+            "/subscriptions/sub-1/resourceGroups/llm",
+            "http://login",
+        ),
+        reconcile_policy.AdminKey("mistral", "", ""),
+    )
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({"providers": {"mistral": {}}}, "mistral"),
+        ({"providers": {"bedrock": {}}}, "bedrock"),
+        ({"providers": {"mistral": {"secretRef": {"namespace": "ns", "name": "m"}}}}, "secretRef"),
+        ({"providers": {"azure-openai": {"secretRef": {"namespace": "ns", "name": "az"}}}}, "tenantId, clientId"),
+        (
+            {
+                "providers": {
+                    "azure-openai": {
+                        "secretRef": {"namespace": "ns", "name": "az"},
+                        "tenantId": "t",
+                        "clientId": "c",
+                        "scope": "resourceGroups/x",
+                    }
+                }
+            },
+            "scope /subscriptions",
+        ),
+        ({"providers": {"openai": {"secretRef": {"namespace": "ns", "name": "oa"}, "tenantId": "t"}}}, "tenantId"),
         ({"providers": {"openai": {"secretRef": {"name": "oa"}}}}, "namespace and a name"),
         ({"providers": {"openai": {"secretRef": {"namespace": "ns", "name": "oa"}, "apiKey": "sk"}}}, "apiKey"),
         ({"thresholdUSD": "lots"}, "thresholdUSD"),

@@ -120,7 +120,11 @@ def report_reconcile(
     start: FromOption = None,
     end: ToOption = None,
     provider: Annotated[
-        list[str] | None, typer.Option(help="openai or anthropic (repeatable); default: each with an admin key.")
+        list[str] | None,
+        typer.Option(
+            help="openai, anthropic, azure-openai or mistral (repeatable); default: each with an admin key "
+            "(mistral: reported not available)."
+        ),
     ] = None,
     openai_admin_key: Annotated[
         str | None, typer.Option(help="OpenAI admin key (organization usage and costs).", envvar="OPENAI_ADMIN_KEY")
@@ -130,40 +134,85 @@ def report_reconcile(
     ] = None,
     openai_base_url: Annotated[str | None, typer.Option(envvar="OPENAI_BASE_URL")] = None,
     anthropic_base_url: Annotated[str | None, typer.Option(envvar="ANTHROPIC_BASE_URL")] = None,
+    azure_client_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="Azure: the service principal's secret (Cost Management Reader).", envvar="AZURE_CLIENT_SECRET"
+        ),
+    ] = None,
+    azure_tenant_id: Annotated[str | None, typer.Option(envvar="AZURE_TENANT_ID")] = None,
+    azure_client_id: Annotated[str | None, typer.Option(envvar="AZURE_CLIENT_ID")] = None,
+    azure_scope: Annotated[
+        str | None,
+        typer.Option(
+            help="Cost Management scope: /subscriptions/<id>[/resourceGroups/<name>].", envvar="AZURE_COST_SCOPE"
+        ),
+    ] = None,
+    azure_management_url: Annotated[str, typer.Option(envvar="AZURE_MANAGEMENT_URL")] = "https://management.azure.com",
+    azure_login_url: Annotated[str, typer.Option(envvar="AZURE_LOGIN_URL")] = "https://login.microsoftonline.com",
     threshold: Annotated[float, typer.Option(help="USD per day above which a line is a mismatch.")] = 0.01,
     ledger: LedgerOption = ".barge/ledger.db",
     prices_file: PricesOption = None,
     output_format: Annotated[str, typer.Option("--format", help="table (rich) or csv.")] = "table",
 ) -> None:
     """Barge's ledger against the provider's own cost report, per provider and UTC day: Barge's cost, the
-    provider's, the difference. Exit code 1 when a day differs by more than --threshold."""
+    provider's, the difference. Exit code 1 when a day differs by more than --threshold. A provider whose bill
+    cannot be read per day (mistral) is named on stderr as `not available for <provider>: <reason>`."""
     from decimal import Decimal
 
     from barge.batch import prices
     from barge.ledger import Ledger, spend
-    from barge.providers import usage_reports
+    from barge.providers import azure_costs, usage_reports
     from barge.reports import reconcile
 
     if output_format not in ("table", "csv"):
         raise typer.BadParameter("--format must be table or csv")
-    keys = {"openai": (openai_admin_key, openai_base_url), "anthropic": (anthropic_admin_key, anthropic_base_url)}
+    keys = {
+        "openai": (openai_admin_key, openai_base_url),
+        "anthropic": (anthropic_admin_key, anthropic_base_url),
+        "azure-openai": (azure_client_secret, azure_management_url),
+    }
     chosen = provider or [p for p, (key, _) in keys.items() if key]
     for p in chosen:
+        if p in usage_reports.NOT_AVAILABLE:
+            continue
         if p not in keys:
-            raise typer.BadParameter(f"--provider {p!r}: openai or anthropic")
+            raise typer.BadParameter(f"--provider {p!r}: openai, anthropic, azure-openai or mistral")
         if not keys[p][0]:
-            raise typer.BadParameter(f"no admin key for {p} (--{p}-admin-key or {p.upper()}_ADMIN_KEY)")
+            flag = (
+                "--azure-client-secret or AZURE_CLIENT_SECRET"
+                if p == "azure-openai"
+                else f"--{p}-admin-key or {p.upper()}_ADMIN_KEY"
+            )
+            raise typer.BadParameter(f"no admin key for {p} ({flag})")
     if not chosen:
-        raise typer.BadParameter("no admin key given (OPENAI_ADMIN_KEY, ANTHROPIC_ADMIN_KEY): nothing to compare")
+        raise typer.BadParameter(
+            "no admin key given (OPENAI_ADMIN_KEY, ANTHROPIC_ADMIN_KEY, AZURE_CLIENT_SECRET): nothing to compare"
+        )
+    azure = None
+    if "azure-openai" in chosen:
+        if not (azure_tenant_id and azure_client_id and azure_scope):
+            raise typer.BadParameter("azure-openai needs AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_COST_SCOPE")
+        azure = azure_costs.AzureScope(
+            azure_tenant_id, azure_client_id, azure_scope, azure_management_url, azure_login_url
+        )
     lo, hi = window(start, end)
     reported = []
     for p in chosen:
+        if p in usage_reports.NOT_AVAILABLE:
+            typer.echo(f"not available for {p}: {usage_reports.NOT_AVAILABLE[p]}", err=True)
+            continue
         key, url = keys[p]
         assert key is not None
-        reported += usage_reports.fetch_days(p, key, url, lo, hi)
+        try:
+            reported += usage_reports.fetch_days(p, key, url, lo, hi, azure=azure)
+        except azure_costs.AzureCostError as exc:
+            typer.echo(f"could not read {p}'s bill: {exc}", err=True)
+            raise typer.Exit(2) from None
+    compared = [p for p in chosen if p not in usage_reports.NOT_AVAILABLE]
     book = Ledger(ledger)
     try:
-        lines = reconcile.compare(spend.rows_between(book, lo, hi), prices.load(prices_file), reported, chosen)
+        lines = reconcile.compare(spend.rows_between(book, lo, hi), prices.load(prices_file), reported, compared)
     finally:
         book.close()
     limit = Decimal(str(threshold))

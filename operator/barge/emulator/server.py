@@ -20,6 +20,7 @@ from aiohttp import web
 
 from barge.emulator import (
     anthropic_api,
+    azure_costs,
     mistral_api,
     openai_api,
     openai_compatible_api,
@@ -130,6 +131,7 @@ def make_app(
     app.add_routes(openai_compatible_api.routes())
     app.add_routes(mistral_api.routes())
     app.add_routes(usage_reports.routes())
+    azure_costs.install(app)
     app.add_routes([web.get("/_emulator/state", state), web.post("/_emulator/reset", reset)])
     return app
 

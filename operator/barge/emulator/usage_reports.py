@@ -7,6 +7,7 @@
 | GET /v1/organizations/usage_report/messages | Anthropic | per day, model and service tier (batch / ...) |
 | GET /v1/organizations/cost_report           | Anthropic | per day, model and tier: amount in cents      |
 
+OpenAI's reports count the batches of the OpenAI face only: Azure's are on Azure's bill (emulator/azure_costs.py).
 What counts: every request of an ended batch, at its answer's tokens (an error or a cancel is billed nothing),
 on the day the batch ended, priced at the batch rate of the shipped price table (barge/batch/prices.yaml) times
 the profile's `billing.overchargeRatio` (1 by default: the bill matches what was processed; 1.1 bills 10% more,
@@ -97,7 +98,7 @@ def _openai_page(start: float, end: float, results: dict[int, list[dict[str, Any
 async def openai_completions(request: web.Request) -> web.Response:
     start, end = _window(request, unix=True)
     results: dict[int, list[dict[str, Any]]] = {}
-    for (day, model, batch), c in sorted(_processed(request.app[STORE], ("openai", "azure")).items()):
+    for (day, model, batch), c in sorted(_processed(request.app[STORE], ("openai",)).items()):
         results.setdefault(day, []).append(
             {
                 "object": "organization.usage.completions.result",
@@ -116,7 +117,7 @@ async def openai_costs(request: web.Request) -> web.Response:
     start, end = _window(request, unix=True)
     store = request.app[STORE]
     results: dict[int, list[dict[str, Any]]] = {}
-    for (day, model, batch), c in sorted(_processed(store, ("openai", "azure")).items()):
+    for (day, model, batch), c in sorted(_processed(store, ("openai",)).items()):
         value = _cost(store, model, c, batch)
         results.setdefault(day, []).append(
             {

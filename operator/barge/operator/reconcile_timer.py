@@ -6,7 +6,10 @@ Exported as `barge_reconcile_difference_usd{provider, day}` (provider's cost - B
 on, so the alert sees every day compared) and `barge_reconcile_threshold_usd{provider, day}` (the policy's
 thresholdUSD, on the same series), which the alert BargeBillingMismatch compares. Off unless the policy lists a
 provider. A provider whose report or Secret cannot be read is logged, counted in
-`barge_reconcile_errors_total{provider}` and keeps its last figures.
+`barge_reconcile_errors_total{provider}` and keeps its last figures. A provider with no daily bill to read
+(mistral: usage_reports.NOT_AVAILABLE) is logged as `not available for <provider>: <reason>` and exports no
+difference at all (never a 0 that would read as "agrees"). azure-openai's "admin key" is a service principal's
+client secret; its tenant, client and Cost Management scope are in the policy.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from barge.ledger import spend
-from barge.providers import usage_reports
+from barge.providers import azure_costs, usage_reports
+from barge.reconcile_policy import AdminKey
 from barge.reports import reconcile
 
 if TYPE_CHECKING:
@@ -39,6 +43,20 @@ class Reconciled:
     differences: dict[tuple[str, str], float] = field(default_factory=dict)
     thresholds: dict[tuple[str, str], float] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """provider -> why its bill cannot be compared (no series is exported for it)."""
+
+
+def azure_scope(admin: AdminKey) -> azure_costs.AzureScope | None:
+    if admin.provider != "azure-openai":
+        return None
+    return azure_costs.AzureScope(
+        admin.tenant_id,
+        admin.client_id,
+        admin.scope,
+        admin.base_url or azure_costs.MANAGEMENT_URL,
+        admin.login_url or azure_costs.LOGIN_URL,
+    )
 
 
 async def reconcile_once(ctx: Context, now: float) -> list[reconcile.Line]:
@@ -49,9 +67,16 @@ async def reconcile_once(ctx: Context, now: float) -> list[reconcile.Line]:
     out: list[reconcile.Line] = []
     rows = await asyncio.to_thread(spend.rows_between, ctx.ledger, lo, hi)
     for admin in rules.providers:
+        if admin.provider in usage_reports.NOT_AVAILABLE:
+            reason = f"not available for {admin.provider}: {usage_reports.NOT_AVAILABLE[admin.provider]}"
+            ctx.reconciled.unavailable[admin.provider] = reason
+            log.warning("reconciliation %s", reason)
+            continue
         try:
             key = await ctx.kube.secret_value(admin.namespace, admin.name, admin.key)  # Refused unless marked
-            reported = await asyncio.to_thread(usage_reports.fetch_days, admin.provider, key, admin.base_url, lo, hi)
+            reported = await asyncio.to_thread(
+                usage_reports.fetch_days, admin.provider, key, admin.base_url, lo, hi, azure=azure_scope(admin)
+            )
         except Exception:
             log.exception("reconciliation with %s failed; its last figures stay", admin.provider)
             ctx.reconciled.errors[admin.provider] = ctx.reconciled.errors.get(admin.provider, 0) + 1

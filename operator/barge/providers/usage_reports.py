@@ -5,6 +5,8 @@
 | openai    | GET /v1/organization/costs (admin SDK)  | GET /v1/organization/usage/completions (model, batch) |
 | anthropic | GET /v1/organizations/cost_report       | GET /v1/organizations/usage_report/messages         |
 |           | (generic get; amounts in cents)         | (service_tier batch vs standard)                    |
+| azure-openai | Cost Management Query, daily ActualCost (azure_costs.py, plain HTTP) | none: meters, not tokens |
+| mistral   | not available (NOT_AVAILABLE says why)  |                                                     |
 
 Both are read per UTC day (bucket_width 1d), every page. The pinned openai SDK has an admin client
 (`client.admin.organization.usage`); the pinned anthropic SDK has only its beta analytics reports, so the
@@ -19,7 +21,20 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from barge.providers import azure_costs
+
 DAY = 86400
+
+#: Providers Barge runs batches on whose own bill cannot be compared per UTC day, and why: reconciliation says so
+#: (`not available for <provider>: <reason>`) and exports no difference for them, never a silent 0.
+NOT_AVAILABLE = {
+    "mistral": "Mistral's Admin API (GET /api/admin/usage, beta, Enterprise plans only) reports cost per billing "
+    "month, not per UTC day, and its per-model fields are not published; Barge compares per day",
+}
+
+
+class NotAvailable(ValueError):
+    """The provider has no usage or cost report Barge can compare with (the message is the reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +139,27 @@ def anthropic_days(client: Any, start: float, end: float) -> list[ProviderDay]:
     return _out("anthropic", days)
 
 
-def fetch_days(provider: str, admin_key: str, base_url: str | None, start: float, end: float) -> list[ProviderDay]:
+def fetch_days(
+    provider: str,
+    admin_key: str,
+    base_url: str | None,
+    start: float,
+    end: float,
+    *,
+    azure: azure_costs.AzureScope | None = None,
+) -> list[ProviderDay]:
     """The provider's figures per day for [start, end), read with its admin key (made into a client here: the only
-    module that may import the SDKs)."""
+    module that may import the SDKs). For azure-openai `admin_key` is the service principal's client secret and
+    `azure` says whose and which scope. A provider in NOT_AVAILABLE raises NotAvailable with the reason."""
+    if provider in NOT_AVAILABLE:
+        raise NotAvailable(f"not available for {provider}: {NOT_AVAILABLE[provider]}")
+    if provider == "azure-openai":
+        if azure is None:
+            raise ValueError(
+                "azure-openai reconciliation needs the service principal's tenant and client ids and a scope"
+            )
+        costs = azure_costs.fetch(azure, admin_key, start, end)
+        return [ProviderDay(provider, day, cost) for day, cost in sorted(costs.items())]
     if provider == "openai":
         import openai
 
@@ -143,4 +176,4 @@ def fetch_days(provider: str, admin_key: str, base_url: str | None, start: float
             return anthropic_days(an, start, end)
         finally:
             an.close()
-    raise ValueError(f"no usage and cost report is read for provider {provider!r} (openai, anthropic)")
+    raise ValueError(f"no usage and cost report is read for provider {provider!r} (openai, anthropic, azure-openai)")
