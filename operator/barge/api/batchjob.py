@@ -27,7 +27,9 @@ from barge.api.common import (
 )
 from barge.api.response_format import ResponseFormatSpec
 
-ProviderType = Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "pool"]
+ProviderType = Literal[
+    "anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "bedrock", "gemini", "pool"
+]
 Phase = Literal[
     "Pending", "Queued", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended"
 ]
@@ -47,10 +49,22 @@ RESERVED_PARAMS = ("model", "max_tokens", "max_completion_tokens", "messages", "
 #: the pool's), and `max_tokens` / `max_completion_tokens` may only lower spec.request.maxTokens, which prices the job.
 PASSTHROUGH_RESERVED = ("custom_id", "n", "stream", "stream_options")
 RequestMode = Literal["template", "passthrough"]
-#: What each request asks for: a chat completion, or the embedding of the rendered text (providers/encoding.py).
-Endpoint = Literal["chat", "embeddings"]
+#: What each request asks for: a chat completion, the embedding of the rendered text, or a Responses API answer
+#: (providers/encoding.py).
+Endpoint = Literal["chat", "embeddings", "responses"]
 #: Providers with a batch embeddings endpoint; any other is refused at admission (Admitted=False, InvalidSpec).
 EMBEDDINGS_PROVIDERS = ("openai", "azure-openai", "openai-compatible", "pool")
+#: Providers whose batch API takes /v1/responses lines. Azure OpenAI Global Batch documents /chat/completions and
+#: /embeddings lines only; openai-compatible services, Mistral, Anthropic and engine pools have no such endpoint.
+RESPONSES_PROVIDERS = ("openai",)
+#: Why each provider without it is refused (the InvalidSpec condition's message).
+RESPONSES_REFUSED = {
+    "azure-openai": "Azure OpenAI Global Batch takes /chat/completions and /embeddings lines, not /v1/responses; "
+    "use spec.request.endpoint chat",
+    "pool": "an engine pool serves chat and embeddings through vLLM's OpenAI API; use spec.request.endpoint chat",
+}
+#: spec.request.params keys a responses job may not set: Barge renders them (the job is priced by them).
+RESPONSES_RESERVED = ("input", "instructions", "max_output_tokens")
 
 #: Spec fields that may change after creation; everything else is fixed like a Job's pod template.
 MUTABLE_SPEC_FIELDS = ("suspend", "deadline", "successRatio", "budget", "retention", "priority")
@@ -105,8 +119,11 @@ class ProviderSpec(Model):
 
     type: ProviderType = Field(
         description="anthropic, openai, azure-openai, openai-compatible (any service serving OpenAI's /v1/files and "
-        "/v1/batches at baseURL: Groq, Together, a vLLM batch API, a company proxy), mistral, or pool (an "
-        "InferencePool)."
+        "/v1/batches at baseURL: Groq, Together, a vLLM batch API, a company proxy), mistral, bedrock (Amazon Bedrock "
+        "batch inference of Claude models: the Secret's key holds a JSON object with accessKeyId, secretAccessKey, "
+        "region, roleArn, inputS3Uri, outputS3Uri), "
+        "gemini (the Gemini API's Batch Mode; the Secret holds a Gemini API key), "
+        "or pool (an InferencePool)."
     )
     model: str = Field(
         "",
@@ -283,7 +300,10 @@ class RequestSpec(Model):
         description="chat: each item is a chat completion. embeddings: each item is the embedding of the rendered "
         "template (one input per request; system, maxTokens and responseFormat unused): results.jsonl carries the "
         "vector as `embedding` and the input tokens as usage. OpenAI, Azure OpenAI, openai-compatible and engine "
-        "pools (vLLM) only; Anthropic and Mistral jobs are refused at admission.",
+        "pools (vLLM) only; Anthropic and Mistral jobs are refused at admission. responses: each item is an OpenAI "
+        "Responses API call (/v1/responses lines: the template as input, system as instructions, maxTokens as "
+        "max_output_tokens, responseFormat as text.format); results.jsonl keeps its text and function calls as "
+        "for chat. OpenAI only; other providers are refused at admission naming why.",
     )
     dimensions: int | None = Field(
         None, ge=1, le=65536, description="embeddings: the vector's length (text-embedding-3 models can shorten it)."
@@ -296,6 +316,18 @@ class RequestSpec(Model):
 
     @model_validator(mode="after")
     def _check_endpoint(self) -> RequestSpec:
+        if self.endpoint == "responses":
+            if self.mode == "passthrough":
+                raise ValueError(
+                    "spec.request.endpoint responses renders its input from template: mode passthrough sends chat "
+                    "bodies"
+                )
+            reserved = sorted(k for k in self.params if k in RESPONSES_RESERVED)
+            if reserved:
+                raise ValueError(
+                    f"spec.request.params may not set {reserved}: Barge renders them from system, template and "
+                    "maxTokens"
+                )
         if self.endpoint != "embeddings":
             if self.dimensions is not None or self.encoding_format is not None:
                 raise ValueError("spec.request.dimensions and encodingFormat need spec.request.endpoint embeddings")
@@ -476,6 +508,14 @@ class LLMBatchJobSpec(Model):
                 f"spec.request.endpoint embeddings is not offered by {self.provider.type}: its batch API has no "
                 f"embeddings endpoint; use one of {', '.join(EMBEDDINGS_PROVIDERS)}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_responses_provider(self) -> LLMBatchJobSpec:
+        kind = self.provider.type
+        if self.request.endpoint == "responses" and kind not in RESPONSES_PROVIDERS:
+            why = RESPONSES_REFUSED.get(kind, "its batch API has no responses endpoint")
+            raise ValueError(f"spec.request.endpoint responses is not offered by {kind}: {why}")
         return self
 
     @model_validator(mode="after")

@@ -46,6 +46,8 @@ from barge.emulator.openai_shapes import (
     provider_of,
     store_of,
 )
+from barge.emulator.responses import RESPONSES_URLS, item_from_responses
+from barge.emulator.responses_api import routes as responses_routes
 
 
 def groq_window(window: object) -> bool:
@@ -134,8 +136,8 @@ def _validate_lines(
     data: bytes, provider: ProviderName, endpoint: str = "/v1/chat/completions"
 ) -> tuple[list[Item], list[dict[str, Any]]]:
     """Parse an input file; returns the items and the batch-level validation errors (empty when valid). Every
-    line must POST to the batch's `endpoint` (chat completions, or embeddings)."""
-    urls = EMBEDDINGS_URLS if endpoint in EMBEDDINGS_URLS else CHAT_URLS
+    line must POST to the batch's `endpoint` (chat completions, embeddings or responses)."""
+    urls = next((u for u in (EMBEDDINGS_URLS, RESPONSES_URLS) if endpoint in u), CHAT_URLS)
     items: list[Item] = []
     errors: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -172,6 +174,8 @@ def _validate_lines(
             continue
         if urls is EMBEDDINGS_URLS:
             item = item_from_embeddings(custom_id, obj["body"], line=n)
+        elif urls is RESPONSES_URLS:
+            item = item_from_responses(custom_id, obj["body"], line=n)
         else:
             item = item_from_messages(custom_id, obj["body"], line=n)
         models.add(item.model)
@@ -223,10 +227,11 @@ async def create_batch(request: web.Request) -> web.Response:
     if meta is None or meta["kind"] != "input":
         return error(400, f"Invalid input_file_id: {file_id!r}", param="input_file_id")
     endpoint = body.get("endpoint")
-    if endpoint not in CHAT_URLS + EMBEDDINGS_URLS:
+    served = CHAT_URLS + EMBEDDINGS_URLS + (RESPONSES_URLS if provider == "openai" else ())  # Azure: no responses
+    if endpoint not in served:
         return error(
             400,
-            f"Unsupported endpoint {endpoint!r}; the emulator serves /v1/chat/completions and /v1/embeddings",
+            f"Unsupported endpoint {endpoint!r}; the emulator serves {', '.join(sorted(set(served)))} here",
             param="endpoint",
         )
     window = body.get("completion_window")
@@ -427,5 +432,6 @@ def routes() -> list[web.RouteDef]:
         web.post("/openai/chat/completions", chat_completion),
         web.post("/openai/deployments/{deployment}/chat/completions", chat_completion),
         *embeddings_routes(embeddings),
+        *responses_routes(),
     ]
     return out

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from barge.emulator import embeddings
+from barge.emulator import embeddings, responses
 from barge.emulator.core import (
     BATCH_EXPIRY_SECONDS,
     STORE,
@@ -156,6 +156,9 @@ def output_line(batch: Batch, item: Item, ans: Answer, index: int) -> dict[str, 
     line: dict[str, Any] = {"id": f"batch_req_{batch.id}_{index}", "custom_id": item.custom_id}
     if is_output(ans) and item.embedding is not None:  # a /v1/embeddings line (emulator/embeddings.py)
         body = embeddings.item_answer_json(item, ans)
+        line |= {"response": {"status_code": 200, "request_id": request_id, "body": body}, "error": None}
+    elif is_output(ans) and batch.endpoint in responses.RESPONSES_URLS:  # a /v1/responses line
+        body = responses.response_json(item, ans, f"resp_{batch.id}_{index}", batch.end_at)
         line |= {"response": {"status_code": 200, "request_id": request_id, "body": body}, "error": None}
     elif is_output(ans):
         body = completion_json(item, ans, f"chatcmpl-{batch.id}-{index}", batch.end_at)

@@ -28,8 +28,8 @@ def _body(request: Request) -> tuple[dict[str, Any], int]:
 
 def _no_embeddings(request: Request, provider: str) -> None:
     """Admission refuses such a job (api/batchjob.py); a line that gets here anyway is invalid, never sent."""
-    if request.endpoint == "embeddings":
-        raise Unconvertible(f"{provider} has no embeddings endpoint (spec.request.endpoint embeddings)")
+    if request.endpoint in ("embeddings", "responses"):
+        raise Unconvertible(f"{provider} has no {request.endpoint} endpoint (spec.request.endpoint {request.endpoint})")
 
 
 def embeddings_body(request: Request) -> dict[str, Any]:
@@ -40,6 +40,23 @@ def embeddings_body(request: Request) -> dict[str, Any]:
         out["dimensions"] = request.dimensions
     if request.encoding_format is not None:
         out["encoding_format"] = request.encoding_format
+    return out
+
+
+def responses_body(request: Request) -> dict[str, Any]:
+    """OpenAI's Responses API body: the rendered template as `input`, the system prompt as `instructions`,
+    maxTokens as `max_output_tokens` and a response format as `text.format` (json_schema, strict)."""
+    out = {k: v for k, v in request.params.items() if k not in RESERVED_PARAMS}  # Barge's keys always win
+    out.update({"model": request.model, "input": request.user, "max_output_tokens": request.max_tokens})
+    if request.system:
+        out["instructions"] = request.system
+    if request.response_format is not None:
+        fmt = request.response_format
+        text = out.get("text")
+        out["text"] = {
+            **(text if isinstance(text, dict) else {}),
+            "format": {"type": "json_schema", "name": fmt.name, "schema": fmt.schema, "strict": True},
+        }
     return out
 
 
@@ -73,6 +90,8 @@ def anthropic_params(request: Request) -> dict[str, Any]:
 def openai_body(request: Request) -> dict[str, Any]:
     if request.endpoint == "embeddings":
         return embeddings_body(request)
+    if request.endpoint == "responses":
+        return responses_body(request)
     if request.passthrough:
         body, cap = _body(request)
         return {**body, "model": request.model, "max_completion_tokens": cap}
@@ -113,9 +132,12 @@ def openai_encoder(url: str) -> Callable[[Request], bytes]:
     """Lines of a batch to `url` (chat completions); an embeddings request's line goes to the embeddings URL of
     the same API (the batch's endpoint is its lines' URL: openai_provider.create_batch)."""
     embeddings_url = AZURE_EMBEDDINGS_URL if url == AZURE_URL else OPENAI_EMBEDDINGS_URL
+    urls = {"embeddings": embeddings_url, "responses": RESPONSES_URL}
 
     def encode(request: Request) -> bytes:
-        to = embeddings_url if request.endpoint == "embeddings" else url
+        if request.endpoint == "responses" and url == AZURE_URL:  # refused at admission (api/batchjob.py)
+            raise Unconvertible("Azure OpenAI Global Batch has no /v1/responses lines (spec.request.endpoint)")
+        to = urls.get(request.endpoint, url)
         line = {"custom_id": request.custom_id, "method": "POST", "url": to, "body": openai_body(request)}
         return orjson.dumps(line)
 
@@ -159,11 +181,20 @@ def encoder(kind: str) -> Callable[[Request], bytes]:
         return openai_encoder(AZURE_URL if kind == "azure-openai" else OPENAI_URL)
     if kind == "mistral":
         return encode_mistral
+    if kind == "bedrock":
+        from barge.providers.bedrock_encoding import encode_bedrock  # it imports this module
+
+        return encode_bedrock
+    if kind == "gemini":
+        from barge.providers.gemini_encoding import encode_gemini  # it imports this module's neighbours
+
+        return encode_gemini
     raise ValueError(f"unknown provider type {kind!r}")
 
 
 OPENAI_URL, AZURE_URL = "/v1/chat/completions", "/chat/completions"
 OPENAI_EMBEDDINGS_URL, AZURE_EMBEDDINGS_URL = "/v1/embeddings", "/embeddings"
+RESPONSES_URL = "/v1/responses"
 #: OpenAI takes at most 50,000 embedding inputs in one batch: Barge sends one input per request, so the 50,000
 #: requests of an OpenAI shard (OpenAIProvider.max_requests) are that limit.
 MAX_EMBEDDING_INPUTS = 50_000

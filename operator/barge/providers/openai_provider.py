@@ -42,9 +42,17 @@ from barge.providers.base import (
     read_answer,
 )
 from barge.providers.content import MARK, ORDINARY_STOPS, embedding_output, openai_output
-from barge.providers.encoding import AZURE_EMBEDDINGS_URL, AZURE_URL, OPENAI_EMBEDDINGS_URL, OPENAI_URL, openai_encoder
+from barge.providers.encoding import (
+    AZURE_EMBEDDINGS_URL,
+    AZURE_URL,
+    OPENAI_EMBEDDINGS_URL,
+    OPENAI_URL,
+    RESPONSES_URL,
+    openai_encoder,
+)
 from barge.providers.encoding import openai_body as body
 from barge.providers.errors import Fatal, Invalid, Transient, classify, from_sdk, sync_failure
+from barge.providers.responses import response_result
 from barge.providers.upload import LineReader
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -78,6 +86,8 @@ def _completion_result(custom_id: str, completion: dict[str, Any]) -> Result:
     # Positional arguments: this runs once per result of a batch (ingestion's hot path).
     if "choices" not in completion and completion.get("object") == "list":  # an embeddings answer
         return _embedding_result(custom_id, completion)
+    if "choices" not in completion and completion.get("object") == "response":  # a Responses API answer
+        return response_result(custom_id, completion)
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     refusal = message.get("refusal")
@@ -230,8 +240,10 @@ class OpenAIProvider:
         elif hasattr(it, "close"):
             it.close()  # a fresh iterator of a Replay: its ledger read ends here
         embeddings = AZURE_EMBEDDINGS_URL if self.azure else OPENAI_EMBEDDINGS_URL
-        url = embeddings if first is not None and b'"url":"' + embeddings.encode() + b'"' in first else self.url
-        return lines, url
+        for url in (embeddings, RESPONSES_URL):
+            if first is not None and b'"url":"' + url.encode() + b'"' in first:
+                return lines, url
+        return lines, self.url
 
     async def _delete_file(self, file_id: str) -> int:
         """1 if deleted now, 0 if it was already gone (a 404 means exactly that)."""
@@ -306,6 +318,9 @@ class OpenAIProvider:
         # The SDK's documented low-level call: its auth, retries, Azure deployment routing and error types, but no
         # params transform and no response model (two thirds of the CPU the SDK spent per call, bench_sync.py).
         try:
+            if request.endpoint == "responses":  # the Responses API, its raw answer read as a batch line's body
+                raw = await self._sync_client.responses.with_raw_response.create(**body(request))
+                return read_answer(request.custom_id, raw.content, _sync_result)
             path = "/embeddings" if request.endpoint == "embeddings" else "/chat/completions"
             response = await self._sync_client.post(path, body=body(request), cast_to=httpx2.Response)
         except openai.APIError as exc:
