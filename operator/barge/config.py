@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from barge.k8s import pool_network as engine_fence
 from barge.ledger import lifetime
 from barge.policy import Policy, parse
 
@@ -124,6 +125,9 @@ class OperatorConfig:
     file:// storage prefix, so that workers can write their results there (their root filesystem is read-only)."""
     worker_volume_mounts: tuple[dict[str, Any], ...] = ()
     """Their mounts in the worker container (BARGE_WORKER_VOLUMES' volumeMounts)."""
+    pool_network: engine_fence.PoolNetwork = field(default_factory=engine_fence.PoolNetwork)
+    """Each engine pool's NetworkPolicy: on or off, and the operator, gateway and monitoring peers it admits
+    (BARGE_POOL_NETWORK_POLICY, JSON; the chart's operator.poolNetworkPolicy; k8s/pool_network.py)."""
     policy: Policy = field(default_factory=Policy)
     """What tenants may do (BARGE_POLICY_FILE, a YAML document the chart mounts; BARGE_ALLOWED_FILE_ROOTS are
     added to its storage prefixes). Without a file: no storage URL, no endpoint beyond the providers' own."""
@@ -156,6 +160,7 @@ class OperatorConfig:
             "pool_endpoint_template": env.get("BARGE_POOL_ENDPOINT_TEMPLATE", cls.pool_endpoint_template),
             "pod_host_network": _flag(env.get("BARGE_POD_HOST_NETWORK", "")),
             **_worker_volumes(env.get("BARGE_WORKER_VOLUMES", "")),
+            "pool_network": engine_fence.parse(env.get(engine_fence.ENV, "")),
             "peering_priority": peering_priority(env.get("BARGE_PEERING_PRIORITY", str(cls.peering_priority))),
             "peering_lifetime": int(env.get("BARGE_PEERING_LIFETIME", cls.peering_lifetime)),
             "ledger_purge_seconds": float(env.get("BARGE_LEDGER_PURGE_SECONDS", cls.ledger_purge_seconds)),

@@ -124,6 +124,13 @@
     - create  # server-side apply of a child that does not exist yet (the API server checks create)
     - patch  # server-side apply of the generated child
     - delete  # remove a child the spec no longer asks for (only one this pool owns)
+- apiGroups: ["networking.k8s.io"]
+  resources: [networkpolicies]
+  verbs:
+    - get  # check the owner reference before applying or deleting an engine pool's NetworkPolicy
+    - create  # server-side apply of an engine pool's new NetworkPolicy (the API server checks create)
+    - patch  # server-side apply of each engine pool's NetworkPolicy (who may reach its vLLM port)
+    - delete  # remove an engine pool's NetworkPolicy when BARGE_POOL_NETWORK_POLICY turns it off
 {{- end }}
 {{- define "barge.rbac.cluster" -}}
 - apiGroups: ["apiextensions.k8s.io"]

@@ -77,6 +77,7 @@ def names(pool: str) -> dict[str, str]:
         "servicemonitor": bounded(f"{pool}-vllm", 253),
         "gateway": bounded(pool, 253),
         "enginekey": bounded(f"{pool}-engine-key", 253),
+        "networkpolicy": bounded(f"{pool}-engine", 253),
     }
 
 

@@ -168,6 +168,16 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("inference.networking.k8s.io", ("inferencepools",), (_GET_OWNED, *_SSA, _DELETE)),
     Rule(
+        "networking.k8s.io",
+        ("networkpolicies",),
+        (
+            ("get", "check the owner reference before applying or deleting an engine pool's NetworkPolicy"),
+            ("create", "server-side apply of an engine pool's new NetworkPolicy (the API server checks create)"),
+            ("patch", "server-side apply of each engine pool's NetworkPolicy (who may reach its vLLM port)"),
+            ("delete", "remove an engine pool's NetworkPolicy when BARGE_POOL_NETWORK_POLICY turns it off"),
+        ),
+    ),
+    Rule(
         "apiextensions.k8s.io",
         ("customresourcedefinitions",),
         (

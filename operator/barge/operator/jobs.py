@@ -214,6 +214,7 @@ async def reconcile_pool(ctx: Context, body: Any) -> None:
         admit=lambda pool: admission.admit_pool(ctx.kube, ctx.config.policy, pool),
         host_network=ctx.config.pod_host_network,
         worker_pods=pools.worker_pods(ctx.config),
+        network=ctx.config.pool_network,
     )
     old = dict(body.get("status") or {})
     if status_.changed(old, new):

@@ -144,6 +144,7 @@ PLURALS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "scaledobjects",
     ("keda.sh/v1alpha1", "TriggerAuthentication"): "triggerauthentications",
     ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepools",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",  # an engine pool's (k8s/pool_network.py)
     ("barge.dev/v1alpha1", "InferencePool"): "inferencepools",
 }
 FIELD_MANAGER = "barge"

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from barge.api.pool import InferencePool
 from barge.config import OperatorConfig
 from barge.k8s import pool as builders
-from barge.k8s import workers
+from barge.k8s import pool_network, workers
 from barge.operator import engine_key, kstatus
 from barge.operator import status as status_
 from barge.operator.kube import NotFound, Objects
@@ -35,6 +35,7 @@ CHILD_KINDS = (
     ("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitor"),
     ("keda.sh/v1alpha1", "ScaledObject", "scaledobject"),
     ("inference.networking.k8s.io/v1", "InferencePool", "gateway"),
+    ("networking.k8s.io/v1", "NetworkPolicy", "networkpolicy"),
 )
 
 
@@ -196,10 +197,11 @@ async def reconcile(
     *,
     host_network: bool = False,
     worker_pods: workers.WorkerPods | None = None,
+    network: pool_network.PoolNetwork | None = None,
 ) -> dict[str, Any]:
     """Bring the children in line with the spec and return the pool's new status. `host_network`: the generated
     pods use the node's network (BARGE_POD_HOST_NETWORK); `worker_pods`: the workers' (with it, and the admin's
-    volumes)."""
+    volumes); `network`: the engines' NetworkPolicy peers (BARGE_POOL_NETWORK_POLICY; None: no policy)."""
     pods = worker_pods or workers.WorkerPods(host_network=host_network)
     meta = body["metadata"]
     generation = int(meta.get("generation") or 0)
@@ -247,6 +249,8 @@ async def reconcile(
     namespace = meta["namespace"]
     n = builders.names(meta["name"])
     children = builders.build_children(pool, prometheus_url, host_network=host_network)
+    fence = pool_network.build_network_policy(pool, network) if network is not None else None
+    children += [fence] if fence is not None else []
     hpas = await objects.list("autoscaling/v2", "HorizontalPodAutoscaler", namespace)
     hpa = conflicting_hpa(hpas, n["deployment"])
     if hpa is not None and pool.spec.engine is not None and pool.spec.engine.autoscaling is not None:
