@@ -194,6 +194,13 @@ def gateway(
             min=0,
         ),
     ] = 0,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(envvar="BARGE_GATEWAY_TLS_CERT", help="PEM certificate chain: serve the callers' port as HTTPS."),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(envvar="BARGE_GATEWAY_TLS_KEY", help="PEM private key of --tls-cert.")
+    ] = None,
 ) -> None:
     """The OpenAI Files and Batches API in front of Barge: a batch is an LLMBatchJob of the caller's namespace."""
     import os
@@ -201,7 +208,13 @@ def gateway(
     from barge.config import load_policy
     from barge.gateway.app import serve
     from barge.gateway.server import GatewaySettings
+    from barge.gateway.tls import TLSConfigError, server_context
 
+    try:
+        ssl_context = server_context(tls_cert, tls_key)
+    except TLSConfigError as exc:
+        typer.echo(f"barge gateway: {exc}", err=True)
+        raise typer.Exit(2) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     policy = load_policy(
         os.environ.get("BARGE_POLICY_FILE"),
@@ -211,7 +224,7 @@ def gateway(
     settings = GatewaySettings(
         audience=audience, max_upload_bytes=max_upload_bytes, max_lines=max_lines, metrics_port=metrics_port
     )
-    serve(host, port, policy, settings)
+    serve(host, port, policy, settings, ssl_context)
 
 
 @app.command()

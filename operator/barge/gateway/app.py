@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+
 from aiohttp import web
 
 from barge.gateway.anthropic_api import MessageBatches
@@ -46,5 +48,9 @@ def make_app(
     return app
 
 
-def serve(host: str, port: int, policy: Policy, settings: GatewaySettings) -> None:
-    web.run_app(make_app(Kube(), policy, settings, host=host), host=host, port=port, print=None)
+def serve(
+    host: str, port: int, policy: Policy, settings: GatewaySettings, ssl_context: ssl.SSLContext | None = None
+) -> None:
+    """Serve the callers' port, over HTTPS with `ssl_context` (gateway/tls.py); the metrics port stays HTTP."""
+    app = make_app(Kube(), policy, settings, host=host)
+    web.run_app(app, host=host, port=port, ssl_context=ssl_context, print=None)
