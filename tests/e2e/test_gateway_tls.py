@@ -78,7 +78,7 @@ def test_the_openai_sdk_uploads_and_creates_a_batch_over_https_with_the_ca(
 ) -> None:
     url, _ = gateway
     assert url.startswith("https://")
-    with httpx.Client(verify=str(certs.ca)) as http:
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(certs.ca))) as http:
         oai = openai.OpenAI(api_key=teams["acme"].token, base_url=f"{url}/v1", max_retries=0, http_client=http)
         made = upload(oai, tmp_path, [line("t1", "over TLS"), line("t2", "still over TLS")])
         assert made.id in {f.id for f in oai.files.list()}
@@ -101,7 +101,10 @@ def test_a_client_without_the_ca_and_plain_http_get_no_answer(gateway: tuple[str
 
 def test_the_metrics_port_stays_plain_http(gateway: tuple[str, int], certs: Certs) -> None:
     url, metrics_port = gateway
-    assert httpx.get(f"{url}/v1/batches", verify=str(certs.ca), timeout=10).status_code == 401
+    assert (
+        httpx.get(f"{url}/v1/batches", verify=ssl.create_default_context(cafile=str(certs.ca)), timeout=10).status_code
+        == 401
+    )
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
         text = answer.read().decode()
     assert 'barge_gateway_requests_total{code="401",route="/v1/batches",tenant=""}' in text
