@@ -30,6 +30,36 @@ UPSTREAM_CRDS = REPO / "tests" / "upstream_crds"  # in the repo, so tests never 
 REFERENCE_CRDS = [UPSTREAM_CRDS / d for d in ("keda", "prometheus-operator", "gateway-api-inference-extension")]
 
 
+#: The Go builds a test may need beyond the control plane and the dev tools (make lint builds those), in the order
+#: they run last: a test marked `@pytest.mark.tools("argocd")` (or "keda", "node") runs after every unmarked one, so
+#: that `.ci/run` can build them beside the first 40 minutes of tests (localcluster.GROUPS).
+TOOL_GROUPS = ("argocd", "keda", "node")
+
+
+def _tool_groups(item: pytest.Item) -> list[str]:
+    groups = [g for mark in item.iter_markers("tools") for g in mark.args]
+    unknown = set(groups) - set(TOOL_GROUPS)
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: unknown tools group(s) {sorted(unknown)}; known: {TOOL_GROUPS}")
+    return groups
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need argocd, KEDA or the node's kubelet last, in that order (a stable sort: every module's tests
+    stay together and in their order)."""
+    items.sort(key=lambda item: max((TOOL_GROUPS.index(g) + 1 for g in _tool_groups(item)), default=0))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Build (or wait for the build of) what a `tools`-marked test needs before pytest-timeout arms the test's
+    timer: a cold argocd build is ~15-30 min on 2 cores, and in `.ci/run` another process may hold the build's
+    lock while it builds them beside the tests (localcluster._go_build waits on it)."""
+    for group in _tool_groups(item):
+        localcluster.GROUPS[group]()
+    yield
+
+
 def _wait_established(cluster: localcluster.Cluster, names: list[str]) -> None:
     deadline = time.monotonic() + 60
     for name in names:

@@ -1,9 +1,9 @@
 """What `make demo` builds from Go modules, what is already cached, and how long a cold build takes.
 
 Why: a cold `make demo` sat for half an hour building with no word of what or for how long. The demo uses
-etcd, kube-apiserver and kubectl (the local control plane); `localcluster.py up` builds those with the rest of
-their Go module (kube-controller-manager, kubelet, kube-scheduler come with the same build) and nothing else: helm,
-actionlint, argocd and KEDA are `make tools` (the tests).
+etcd, kube-apiserver and kubectl (the local control plane); `localcluster.py up` builds those with
+kube-controller-manager (the same Go build) and nothing else: the kubelet and kube-scheduler come only with
+`up --node`, and helm, actionlint, argocd and KEDA are `make tools` (the tests).
 The durations are the README's (its tool build section): measured once on a busy 2-core machine, not here.
 
     python3 tools/demo_tools.py     # prints the plan; builds nothing
@@ -34,9 +34,9 @@ class Build:
 BUILDS = (
     Build("etcd", ("etcd",), "~2 min", used=True),
     Build(
-        "Kubernetes (kube-apiserver, kubectl; kube-controller-manager, kubelet, kube-scheduler from the same module)",
-        ("kube-apiserver", "kubectl", "kube-controller-manager", "kubelet", "kube-scheduler"),
-        "~25 min",
+        "Kubernetes (kube-apiserver, kubectl; kube-controller-manager from the same build)",
+        ("kube-apiserver", "kubectl", "kube-controller-manager"),
+        "~20 min",
         used=True,
     ),
 )
@@ -52,7 +52,8 @@ def report(paths: dict[str, Path] | None = None) -> list[str]:
     todo = [b for b in BUILDS if missing(b, paths)]
     cached = [b.what.split(" (")[0] for b in BUILDS if not missing(b, paths)]
     lines = [
-        f"   cache: {localcluster.CACHE} (helm, actionlint, argocd and KEDA are not built: the demo does not use them)"
+        f"   cache: {localcluster.CACHE} (kubelet, kube-scheduler, helm, actionlint, argocd and KEDA are not built:"
+        " the demo does not use them)"
     ]
     if cached:
         lines.append(f"   already built: {', '.join(cached)}")

@@ -92,19 +92,20 @@ def _module_hash(module: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def _bin_dir(name: str, version: str) -> Path:
-    return CACHE / f"{name}-v{version}-{_module_hash(TOOLS / name)}"
+def _bin_dir(name: str, version: str, module: str = "") -> Path:
+    return CACHE / f"{name}-v{version}-{_module_hash(TOOLS / (module or name))}"
 
 
 def binaries() -> dict[str, Path]:
     k8s = _bin_dir("k8s", K8S_VERSION)
+    node = _bin_dir("k8s-node", K8S_VERSION, module="k8s")  # a build of its own: only the node uses them
     return {
         "etcd": _bin_dir("etcd", ETCD_VERSION) / "etcd",
         "kube-apiserver": k8s / "kube-apiserver",
         "kubectl": k8s / "kubectl",
         "kube-controller-manager": k8s / "kube-controller-manager",
-        "kubelet": k8s / "kubelet",
-        "kube-scheduler": k8s / "kube-scheduler",
+        "kubelet": node / "kubelet",
+        "kube-scheduler": node / "kube-scheduler",
         "helm": _bin_dir("helm", HELM_VERSION) / "helm",
         "argocd": _bin_dir("argocd", ARGOCD_VERSION) / "argocd",
         "actionlint": _bin_dir("actionlint", ACTIONLINT_VERSION) / "actionlint",
@@ -114,10 +115,17 @@ def binaries() -> dict[str, Path]:
 
 
 def _go_build(
-    module: str, out: Path, packages: list[str], ldflags: str = "", binary: str = "", toolchain: str = ""
+    module: str,
+    out: Path,
+    packages: list[str],
+    ldflags: str = "",
+    binary: str = "",
+    toolchain: str = "",
+    optimize: bool = True,
 ) -> None:
     """Build packages of the wrapper module tools/<module> into out/ (one binary per package's last path
-    element, or the single package into out/<binary>), unless they are already there."""
+    element, or the single package into out/<binary>), unless they are already there. `optimize=False` for tools
+    whose speed no test depends on (see compile_flags)."""
     names = [binary] if binary else [Path(p).name for p in packages]
     if all((out / n).exists() for n in names):
         return
@@ -125,7 +133,7 @@ def _go_build(
     with (CACHE / f".{module}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # several test sessions may ask for the same build at once
         if not all((out / n).exists() for n in names):
-            _go_build_locked(module, out, packages, ldflags, names, toolchain)
+            _go_build_locked(module, out, packages, ldflags, names, toolchain, optimize)
 
 
 def link_flags(ldflags: str) -> str:
@@ -135,15 +143,23 @@ def link_flags(ldflags: str) -> str:
     return f"-s -w {ldflags}".strip()
 
 
+def compile_flags(optimize: bool) -> list[str]:
+    """`-gcflags=all=-N -l` (no optimisation, no inlining) for the tools only the tests' set-up runs (helm,
+    actionlint, argocd, KEDA): their speed is nowhere near any test's critical path, and the compiler's back end is
+    most of a cold build's CPU (etcd from an empty build cache: 155 s of CPU instead of 256 s). The control plane
+    (etcd, kube-apiserver, ...) stays optimised: every test waits on it."""
+    return [] if optimize else ["-gcflags=all=-N -l"]
+
+
 def _go_build_locked(
-    module: str, out: Path, packages: list[str], ldflags: str, names: list[str], toolchain: str
+    module: str, out: Path, packages: list[str], ldflags: str, names: list[str], toolchain: str, optimize: bool
 ) -> None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     started = time.monotonic()
     print(f"building {', '.join(names)} from Go modules (first time only) ...", flush=True)
-    flags = [f"-ldflags={link_flags(ldflags)}"]
+    flags = [f"-ldflags={link_flags(ldflags)}", *compile_flags(optimize)]
     target = str(tmp / names[0]) if len(names) == 1 and names[0] != Path(packages[0]).name else str(tmp) + "/"
     env = {**os.environ, "GOTOOLCHAIN": toolchain} if toolchain else None
     subprocess.run(
@@ -162,59 +178,92 @@ def build_keda() -> None:
         bins["keda-operator"].parent,
         ["github.com/kedacore/keda/v2/cmd/operator", "github.com/kedacore/keda/v2/cmd/adapter"],
         ldflags=f"-X github.com/kedacore/keda/v2/version.Version={KEDA_VERSION}",
+        optimize=False,
     )
 
 
-#: What the control plane and the node run (etcd's and k8s's builds): `up`, `kubectl-path` and the demo need no more.
-CONTROL_PLANE = ("etcd", "kube-apiserver", "kubectl", "kube-controller-manager", "kubelet", "kube-scheduler")
-
-
-def build(argocd: bool = True, keda: bool = False, dev_tools: bool = True) -> dict[str, Path]:
-    """Build (or reuse) every tool; `argocd=False` for callers that only need the control plane and helm;
-    `dev_tools=False` (with argocd=False) for the control plane alone: no helm, no actionlint (`up`, the demo)."""
+def build_node() -> None:
+    """kubelet and kube-scheduler, for `up --node` only: a build of their own after the control plane's (the
+    packages they share come from Go's build cache), so that neither the demo nor the tests without a node wait
+    for them."""
     bins = binaries()
-    if keda:
-        build_keda()
+    _go_build("k8s", bins["kubelet"].parent, ["./cmd/kubelet", "./cmd/kube-scheduler"], ldflags=K8S_LDFLAGS)
+
+
+#: What the control plane runs (etcd's and k8s's builds): `up`, `kubectl-path` and the demo need no more.
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kubectl", "kube-controller-manager")
+#: What the node adds (build_node): `up --node` only.
+NODE = ("kubelet", "kube-scheduler")
+
+
+def build_argocd() -> None:
+    # Upstream's single binary (its role comes from ARGOCD_BINARY_NAME): the CLI for offline health-check
+    # evaluation, and application-controller + repo-server for the GitOps e2e tests. ~2,300 packages.
+    _go_build(
+        "argocd",
+        binaries()["argocd"].parent,
+        ["github.com/argoproj/argo-cd/v3/cmd"],
+        ldflags=f"-X github.com/argoproj/argo-cd/v3/common.version={ARGOCD_VERSION}",
+        binary="argocd",
+        toolchain=ARGOCD_GOTOOLCHAIN,
+        optimize=False,
+    )
+
+
+def build_control_plane() -> None:
+    bins = binaries()
     _go_build("etcd", bins["etcd"].parent, ["./cmd/etcd"])
     _go_build(
         "k8s",
         bins["kube-apiserver"].parent,
-        [
-            "./cmd/kube-apiserver",
-            "./cmd/kubectl",
-            "./cmd/kube-controller-manager",
-            "./cmd/kubelet",
-            "./cmd/kube-scheduler",
-        ],
+        ["./cmd/kube-apiserver", "./cmd/kubectl", "./cmd/kube-controller-manager"],
         ldflags=K8S_LDFLAGS,
     )
-    if not dev_tools and not argocd:
-        return bins
+
+
+def build_dev_tools() -> None:
+    bins = binaries()
     _go_build(
         "helm",
         bins["helm"].parent,
         ["./cmd/helm"],
         ldflags=f"-X helm.sh/helm/v4/internal/version.version=v{HELM_VERSION}",
+        optimize=False,
     )
     _go_build(
         "actionlint",
         bins["actionlint"].parent,
         ["github.com/rhysd/actionlint/cmd/actionlint"],
         ldflags=f"-X github.com/rhysd/actionlint.version=v{ACTIONLINT_VERSION}",
+        optimize=False,
     )
-    if not argocd:
-        return bins
-    # Upstream's single binary (its role comes from ARGOCD_BINARY_NAME): the CLI for offline health-check
-    # evaluation, and application-controller + repo-server for the GitOps e2e tests. ~2,300 packages.
-    _go_build(
-        "argocd",
-        bins["argocd"].parent,
-        ["github.com/argoproj/argo-cd/v3/cmd"],
-        ldflags=f"-X github.com/argoproj/argo-cd/v3/common.version={ARGOCD_VERSION}",
-        binary="argocd",
-        toolchain=ARGOCD_GOTOOLCHAIN,
-    )
-    return bins
+
+
+#: The builds by name, for `build --only` (.ci/run builds the control plane and dev tools first, the rest beside
+#: the tests that do not need them) and for the tests' `tools` marker (tests/conftest.py).
+GROUPS = {
+    "control": build_control_plane,
+    "dev": build_dev_tools,
+    "node": build_node,
+    "argocd": build_argocd,
+    "keda": build_keda,
+}
+
+
+def build(argocd: bool = True, keda: bool = False, dev_tools: bool = True, node: bool = False) -> dict[str, Path]:
+    """Build (or reuse) the tools asked for; the control plane always. `argocd=False` for callers that only need
+    the control plane and helm; `dev_tools=False` (with argocd=False) for the control plane alone: no helm, no
+    actionlint (`up`, the demo); `node` adds kubelet and kube-scheduler; `keda` KEDA."""
+    build_control_plane()
+    if node:
+        build_node()
+    if dev_tools or argocd:
+        build_dev_tools()
+    if argocd:
+        build_argocd()
+    if keda:
+        build_keda()
+    return binaries()
 
 
 def _free_port() -> int:
@@ -353,7 +402,7 @@ def up(
     (the operator benchmark's audit log). `node`: a real node too (tools/localnode.py: kubelet, scheduler,
     containerd; implies the controllers), with `images` ({base name: OCI archive}) imported besides the pause
     image; the default imports Barge's image from `make image` when it is built."""
-    bins = build(argocd=False, dev_tools=False)
+    bins = build(argocd=False, dev_tools=False, node=node)
     directory = directory.resolve()
     if node:
         controllers = True
@@ -528,13 +577,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--controllers", action="store_true", help="also run kube-controller-manager (up)")
     parser.add_argument("--node", action="store_true", help="also run a real node: kubelet + containerd (up)")
     opts = parser.parse_args(argv)
-    if opts.command == "build":
+    if opts.command == "build":  # `build [GROUP ...]` (GROUPS), in the order given; all of them by default
         started = time.monotonic()
-        bins = build(keda=True)
+        unknown = set(opts.args) - set(GROUPS)
+        if unknown:
+            parser.error(f"unknown build group(s) {sorted(unknown)}: the groups are {', '.join(GROUPS)}")
+        for group in opts.args or list(GROUPS):
+            GROUPS[group]()
+        bins = binaries()
         print(f"binaries ready in {time.monotonic() - started:.1f}s: " + " ".join(str(p) for p in bins.values()))
     elif opts.command == "tool-path":  # e.g. `tool-path actionlint`: built (without argocd) if missing
         with contextlib.redirect_stdout(sys.stderr):  # build messages stay out of the printed path
-            tool = build(argocd=False, dev_tools=opts.args[0] not in CONTROL_PLANE)[opts.args[0]]
+            name = opts.args[0]
+            tool = build(argocd=False, dev_tools=name not in CONTROL_PLANE + NODE, node=name in NODE)[name]
         print(tool)
     elif opts.command == "kubectl-path":
         print(build(argocd=False, dev_tools=False)["kubectl"])

@@ -48,7 +48,7 @@ resources:
 
 def helm() -> Path:
     with contextlib.redirect_stdout(sys.stderr):  # build() reports progress; only the path goes to stdout
-        return localcluster.build()["helm"]
+        return localcluster.build(argocd=False)["helm"]
 
 
 def render(helm_binary: Path) -> dict[Path, str]:

@@ -20,7 +20,7 @@ from tests.e2e.argocd import ArgoCD, GitRepo, health, node_health, operation, re
 from tests.e2e.conftest import Operator, wait_for
 from tests.e2e.test_operator import job_manifest, secret
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.tools("argocd")]
 
 
 @pytest.fixture(scope="module")

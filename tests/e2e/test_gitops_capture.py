@@ -27,7 +27,7 @@ from tests.e2e.test_operator import job_manifest, secret
 from tests.e2e.test_pools import make_ready
 from tests.integration.test_argocd_health import evaluate
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.tools("argocd")]
 CUSTOMIZATIONS = REPO / "integrations" / "argocd" / "resource_customizations" / "barge.dev"
 WRITE = os.environ.get("BARGE_CAPTURE_ARGOCD_TESTDATA") == "1"
 

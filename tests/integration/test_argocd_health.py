@@ -18,6 +18,8 @@ from tools import localcluster
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.tools("argocd")
+
 ARGOCD_DIR = REPO / "integrations" / "argocd"
 PATCH = ARGOCD_DIR / "argocd-cm-patch.yaml"
 CASES = sorted((ARGOCD_DIR / "resource_customizations").glob("*/*/health_test.yaml"))

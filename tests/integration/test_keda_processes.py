@@ -25,7 +25,7 @@ from tools import localcluster, localkeda
 from barge.api.pool import InferencePool
 from barge.k8s import workers
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]  # a cold KEDA build is ~12-25 min on 2 busy cores
+pytestmark = [pytest.mark.cluster, pytest.mark.tools("keda")]  # KEDA is built before the timeout starts
 
 
 def _start_hpa_controller(cluster: localcluster.Cluster) -> subprocess.Popen[bytes]:

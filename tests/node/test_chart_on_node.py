@@ -39,6 +39,8 @@ from tests.node.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.tools("node")
+
 NAMESPACE = "barge-system"
 TENANT_NS = "claims"
 RELEASE = "barge"

@@ -36,6 +36,8 @@ from tests.node.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.tools("node")
+
 NS = "engines"
 POOL = "emu"
 MODEL = "emu-llama"

@@ -40,6 +40,8 @@ from tests.node.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.tools("node")
+
 NS = "claims-ha"
 RELEASES = ("barge", "barge-b")
 ITEMS, SHARDS = 800, 4  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)

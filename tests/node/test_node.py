@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from tools import localcluster, localnode
 
 from tests.node.conftest import free_port, get_json, pod_ready, wait_for
+
+pytestmark = pytest.mark.tools("node")
 
 
 def test_the_node_is_ready_on_loopback_and_runs_barges_image(node: localcluster.Cluster) -> None:

@@ -40,6 +40,8 @@ from tests.node.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.tools("keda", "node")
+
 NS = "ingest"
 POOL = "mini"
 WORKER = "docs"

@@ -16,9 +16,9 @@ def test_a_cold_cache_lists_every_build_with_its_first_time_duration(tmp_path: P
     text = "\n".join(demo_tools.report(paths(tmp_path)))
     assert "etcd: ~2 min" in text
     assert "kube-apiserver, kubectl" in text
-    assert "~25 min" in text
-    assert "helm" not in text.split("(helm, actionlint, argocd and KEDA are not built")[1]
-    assert "helm, actionlint, argocd and KEDA are not built" in text
+    assert "~20 min" in text
+    assert "helm" not in text.split("helm, actionlint, argocd and KEDA are not built")[1]
+    assert "kubelet, kube-scheduler, helm, actionlint, argocd and KEDA are not built" in text
     assert "already built" not in text
 
 
@@ -30,7 +30,7 @@ def test_a_warm_cache_builds_nothing_and_a_partial_one_only_what_is_missing(tmp_
     found["kubectl"].unlink()  # one binary of the Kubernetes module: the module is built again
     text = "\n".join(demo_tools.report(found))
     assert "already built: etcd" in text
-    assert "~25 min" in text
+    assert "~20 min" in text
     assert "etcd: ~2 min" not in text
 
 
@@ -46,6 +46,9 @@ def test_the_control_plane_build_is_what_the_demo_lists_and_nothing_else(monkeyp
     built.clear()
     localcluster.build(argocd=False)
     assert built == ["etcd", "k8s", "helm", "actionlint"]
+    built.clear()
+    localcluster.build(argocd=False, dev_tools=False, node=True)  # `up --node`: the kubelet's build of its own
+    assert built == ["etcd", "k8s", "k8s"]
 
 
 def test_every_go_build_links_without_symbols_and_dwarf_and_keeps_the_version_flags() -> None:
