@@ -31,6 +31,7 @@ OPERATOR_JOB = f"{RELEASE}-metrics"
 OPERATOR = {"job": OPERATOR_JOB, "instance": "10.1.2.3:8080", "pod": "barge-5d8f7c9b6-x2x9q", "service": OPERATOR_JOB}
 SERVICE = {"job": OPERATOR_JOB, "service": OPERATOR_JOB}  # what `max without (instance, pod)` keeps
 WORKER_JOB = f"{NAMESPACE}/{RELEASE}-workers"
+GATEWAY_JOB = f"{NAMESPACE}/{RELEASE}-gateway"  # the gateway's PodMonitor, as Prometheus names its job
 RUNBOOKS = "https://runbooks.example.com/barge#"
 SEVERITIES = {"critical", "warning", "info"}
 REQUIRED = {
@@ -56,6 +57,8 @@ REQUIRED = {
     "BargeAdmissionWaitHigh",
     "BargeSecondDoorOpen",
     "BargeBillingMismatch",
+    "BargeGatewayAbsent",
+    "BargeGatewayErrors",
 }
 
 
@@ -68,9 +71,10 @@ def render_chart(*sets: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def shipped_rules() -> dict[str, Any]:
-    """The PrometheusRule's groups, exactly as the chart renders them."""
+def shipped_rules(gateway: bool = False) -> dict[str, Any]:
+    """The PrometheusRule's groups, exactly as the chart renders them (the gateway's group with `gateway`)."""
     docs = render_chart(
+        f"gateway.enabled={str(gateway).lower()}",
         "metrics.prometheusRule.enabled=true",
         f"metrics.prometheusRule.runbookBaseURL={RUNBOOKS}",
         "metrics.prometheusRule.additionalLabels.release=kube-prometheus-stack",
@@ -83,7 +87,7 @@ def shipped_rules() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("rules") / "barge-rules.yaml"
-    path.write_text(yaml.safe_dump(shipped_rules(), sort_keys=False))
+    path.write_text(yaml.safe_dump(shipped_rules(gateway=True), sort_keys=False))
     return path
 
 
@@ -331,6 +335,49 @@ def cases(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             ("35m", fires("BargeWorkerQuotaCappedBacklogGrowing", WORKER, "2")),
         ),
         *spend_and_admission_cases(case, fires),
+        *gateway_cases(case, fires),
+    ]
+
+
+def gateway(name: str, values: str, **labels: str) -> dict[str, str]:
+    """A gateway pod's series as its PodMonitor stores it (the pod's namespace and name, the job)."""
+    pod = "barge-gateway-6c9d8f7b5-q4w2e"
+    target = {"job": GATEWAY_JOB, "namespace": NAMESPACE, "instance": "10.1.2.9:8099", "pod": pod}
+    return series(name, {**target, "container": "gateway", "endpoint": "metrics", **labels}, values)
+
+
+def gateway_cases(case: Any, fires: Any) -> list[dict[str, Any]]:
+    """#30.7: barge gateway down (scraped and 0, or not scraped at all), and a route's 5xx ratio over 5%."""
+    where = {"job": GATEWAY_JOB, "namespace": NAMESPACE}
+    batches, files = "/v1/batches", "/v1/files"
+    return [
+        case(
+            "BargeGatewayAbsent",
+            [gateway("up", "1 1 0 0 0 0 0 0 0 0"), op("up", "1+0x9")],
+            ("4m", []),  # pending: down for 2 minutes
+            ("8m", fires("BargeGatewayAbsent", where, "0")),
+        ),
+        case(
+            "BargeGatewayAbsent",
+            [op("up", "1+0x9")],  # the operator is scraped, no gateway ever was
+            ("3m", []),
+            ("6m", fires("BargeGatewayAbsent", where, "1")),
+        ),
+        case(
+            "BargeGatewayErrors",
+            [
+                # /v1/batches: 6 of 66 requests a minute are 500 (9.091%), spread over two tenants
+                gateway("barge_gateway_requests_total", "0+30x20", tenant="acme", route=batches, code="200"),
+                gateway("barge_gateway_requests_total", "0+30x20", tenant="globex", route=batches, code="200"),
+                gateway("barge_gateway_requests_total", "0+6x20", tenant="acme", route=batches, code="500"),
+                # /v1/files: 1 of 61 a minute (1.6%) is 503, and many 4xx: quiet
+                gateway("barge_gateway_requests_total", "0+60x20", tenant="acme", route=files, code="200"),
+                gateway("barge_gateway_requests_total", "0+1x20", tenant="acme", route=files, code="503"),
+                gateway("barge_gateway_requests_total", "0+40x20", tenant="", route=files, code="401"),
+            ],
+            ("5m", []),  # pending
+            ("15m", fires("BargeGatewayErrors", {"namespace": NAMESPACE, "route": batches}, "9.091%")),
+        ),
     ]
 
 
@@ -463,6 +510,15 @@ def test_every_alert_fires_on_barge_series_and_stays_quiet_otherwise(rules_file:
     )
     out = subprocess.run([str(PROMTOOL), "test", "rules", tests.name], cwd=tests.parent, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_gateway_alerts_come_only_with_the_gateway() -> None:
+    def names(rules: dict[str, Any]) -> set[str]:
+        return {r["alert"] for g in rules["groups"] for r in g["rules"]}
+
+    with_gateway, without = names(shipped_rules(gateway=True)), names(shipped_rules())
+    assert with_gateway - without == {"BargeGatewayAbsent", "BargeGatewayErrors"}
+    assert without < with_gateway
 
 
 def test_promtool_test_can_fail(rules_file: Path) -> None:
