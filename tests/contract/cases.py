@@ -47,3 +47,4 @@ CASES += [
     Case("openai-compatible", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "/together/v1", objects=2),  # Together's
 ]
 CASES += [Case("mistral", "mistral-small-latest", "/mistral", objects=3, refusals=False)]  # input, output, job
+CASES += [Case("gemini", "gemini-2.5-flash", "/gemini", objects=3)]  # input file, responses file, batch

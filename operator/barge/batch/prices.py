@@ -28,6 +28,9 @@ class Price:
     output: Decimal
     cache_write: Decimal
     cache_read: Decimal
+    cache_read_batched: bool = True
+    """False: cached input costs `cache_read` in a batch too, not half of it (Gemini, where "the cache hit discount
+    takes precedence over the batch discount": the two do not stack); prices.yaml `cacheStacksWithBatch: false`."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class PriceTable:
             + usage.cache_write_tokens * price.cache_write
             + usage.cache_read_tokens * price.cache_read
         ) / MILLION
+        if batch and not price.cache_read_batched:
+            cached = usage.cache_read_tokens * price.cache_read / MILLION
+            return (total - cached) * self.batch_discount + cached
         if batch:
             total *= self.batch_discount
         return total  # exact; rounded only for display (money), so sums never drift
@@ -69,6 +75,7 @@ def parse(data: dict[str, Any]) -> PriceTable:
             Decimal(str(p["output"])),
             Decimal(str(p.get("cacheWrite", "0"))),
             Decimal(str(p.get("cacheRead", "0"))),
+            bool(p.get("cacheStacksWithBatch", True)),
         )
         for name, p in (data.get("models") or {}).items()
     }

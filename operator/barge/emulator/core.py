@@ -24,7 +24,7 @@ from barge.emulator import structured
 from barge.emulator.profile import Profile
 from barge.emulator.structured import Tool
 
-ProviderName = Literal["anthropic", "openai", "azure", "mistral"]
+ProviderName = Literal["anthropic", "openai", "azure", "mistral", "gemini"]
 REPLY_PREFIX = "Emulated reply: "
 CUSTOM_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 BATCH_EXPIRY_SECONDS = 24 * 3600
@@ -311,7 +311,9 @@ class Store:
 
     def new_batch(self, provider: ProviderName, items: list[Item], **extra: Any) -> Batch:
         self.creates += 1
-        prefix = {"anthropic": "msgbatch_", "openai": "batch_", "azure": "batch_", "mistral": "mbatch_"}[provider]
+        prefixes = {"anthropic": "msgbatch_", "openai": "batch_", "azure": "batch_", "mistral": "mbatch_"}
+        prefixes["gemini"] = "batches/"  # a Gemini batch's id is its resource name
+        prefix = prefixes[provider]
         # Unique across emulator instances, as real ids are; the outcomes stay a function of (seed, n-th create).
         batch_id = f"{prefix}{self.instance}{self.creates:06d}"
         rng = random.Random(f"{self.profile.seed}:{self.creates}")

@@ -21,6 +21,7 @@ from aiohttp import web
 from barge.emulator import (
     anthropic_api,
     azure_costs,
+    gemini_api,
     mistral_api,
     openai_api,
     openai_compatible_api,
@@ -44,6 +45,8 @@ def _family(path: str) -> str:
         return "openai"
     if path.startswith("/mistral/"):
         return "mistral"
+    if path.startswith("/gemini/"):
+        return "gemini"
     return "emulator"
 
 
@@ -54,6 +57,8 @@ def _error(family: str, status: int, message: str) -> web.Response:
         return openai_shapes.error(status, message)
     if family == "mistral":
         return mistral_api.error(status, message)
+    if family == "gemini":
+        return gemini_api.error(status, message)
     return web.json_response({"error": message}, status=status)
 
 
@@ -63,6 +68,8 @@ def _api_key(request: web.Request, family: str) -> str | None:
         if key is None and request.headers.get("authorization", "").startswith("Bearer "):
             key = request.headers["authorization"][7:]
         return key
+    if family == "gemini":
+        return gemini_api.api_key(request)
     if request.path.startswith("/openai/") and "api-key" in request.headers:
         return request.headers["api-key"]
     auth = request.headers.get("authorization", "")
@@ -74,6 +81,8 @@ def _unauthorized(family: str) -> web.Response:
         return anthropic_api.error(401, "invalid x-api-key")
     if family == "mistral":
         return mistral_api.unauthorized()
+    if family == "gemini":
+        return gemini_api.unauthorized()
     return openai_shapes.error(401, "Incorrect API key provided.", code="invalid_api_key")
 
 
@@ -130,6 +139,7 @@ def make_app(
     app.add_routes(openai_api.routes())
     app.add_routes(openai_compatible_api.routes())
     app.add_routes(mistral_api.routes())
+    app.add_routes(gemini_api.routes())
     app.add_routes(usage_reports.routes())
     azure_costs.install(app)
     app.add_routes([web.get("/_emulator/state", state), web.post("/_emulator/reset", reset)])

@@ -87,6 +87,10 @@ def make_provider(
         from barge.providers.mistral_provider import make_mistral
 
         return make_mistral(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries, guard=guard)
+    if kind == "gemini":
+        from barge.providers.gemini_provider import make_gemini
+
+        return make_gemini(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries, guard=guard)
     if kind == "azure-openai":
         if not base_url:
             raise ValueError("azure-openai needs provider.baseURL: the resource endpoint")
@@ -103,5 +107,6 @@ def make_provider(
             aiohttp_sync=guard is None,
         )
     raise ValueError(
-        f"unknown provider type {kind!r}: expected anthropic, openai, azure-openai, openai-compatible or mistral"
+        f"unknown provider type {kind!r}: expected anthropic, openai, azure-openai, openai-compatible, mistral or "
+        "gemini"
     )
