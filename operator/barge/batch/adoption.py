@@ -38,21 +38,26 @@ KEPT = "kept"
 
 
 async def list_since(
-    provider: BatchProvider, since: float, done: Callable[[list[BatchInfo]], bool] = lambda _: False
+    provider: BatchProvider,
+    since: float,
+    done: Callable[[list[BatchInfo]], bool] = lambda _: False,
+    *,
+    max_listed: int = MAX_LISTED,
 ) -> list[BatchInfo]:
     """Batches newest first, listing further back until the oldest is before `since` (the provider's clock,
-    compared only to decide how far to list) or `done` says all that was looked for is there. Not filtered."""
-    limit = 100
+    compared only to decide how far to list) or `done` says all that was looked for is there, `max_listed` at
+    most. Not filtered."""
+    limit = min(100, max_listed)
     while True:
         listed = await provider.list_recent(limit)
         if (
             len(listed) < limit
-            or limit >= MAX_LISTED
+            or limit >= max_listed
             or min(b.created_at.timestamp() for b in listed) < since
             or done(listed)
         ):
             return listed
-        limit *= 10
+        limit = min(limit * 10, max_listed)
 
 
 async def _holds_shard(ledger: Ledger, key: str, shard: str, provider: BatchProvider, batch: BatchInfo) -> bool:

@@ -12,8 +12,9 @@ them the ledger does not know:
 | no metadata (Anthropic, ...)     | the ledger recorded its id; one younger than `young` seconds is not      |
 |                                  | judged yet (a create of ours may be between the provider and the ledger) |
 
-Only batches created within `window` seconds count. Nothing here cancels, deletes or reads a foreign batch: it is
-someone else's, and only listed.
+Only batches created within `window` seconds count, and at most `max_listed` are listed (a page limit: a
+credential with more batches than that in the window is judged on its newest `max_listed`). Nothing here
+cancels, deletes or reads a foreign batch: it is someone else's, and only listed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from barge.providers.base import BatchInfo, BatchProvider
 OWN_METADATA = "barge_job"
 WINDOW = 86400.0
 YOUNG = adoption.CLOCK_SKEW
+#: Batches listed per credential and scan at most (10 pages of 100).
+MAX_LISTED = 1000
 
 
 def endpoint_hash(kind: str, base_url: str, credential_digest: str) -> str:
@@ -35,11 +38,18 @@ def endpoint_hash(kind: str, base_url: str, credential_digest: str) -> str:
 
 
 async def foreign_batches(
-    provider: BatchProvider, ledger: Ledger, now: float, *, window: float = WINDOW, young: float = YOUNG
+    provider: BatchProvider,
+    ledger: Ledger,
+    now: float,
+    *,
+    window: float = WINDOW,
+    young: float = YOUNG,
+    max_listed: int = adoption.MAX_LISTED,
 ) -> list[BatchInfo]:
     """The batches created in the last `window` seconds on this provider client that Barge did not create."""
     since = now - window
-    recent = [b for b in await adoption.list_since(provider, since) if b.created_at.timestamp() >= since]
+    listed = await adoption.list_since(provider, since, max_listed=max_listed)
+    recent = [b for b in listed if b.created_at.timestamp() >= since]
     known = ledger.known_batch_ids(b.id for b in recent)
     found = []
     for batch in recent:

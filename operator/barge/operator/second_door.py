@@ -1,11 +1,19 @@
-"""The operator's second-door timer: every BARGE_SECOND_DOOR_SECONDS, for each provider credential a job used
-since the operator started, list the provider's recent batches and count those Barge did not create
-(batch/second_door.py), per tenant that uses the credential.
+"""The operator's second-door timer: every BARGE_SECOND_DOOR_SECONDS, for each provider credential Barge knows,
+list the provider's recent batches and count those Barge did not create (batch/second_door.py), per tenant that
+uses the credential.
 
-Exported as `barge_provider_foreign_batches{provider, endpoint_hash, tenant}` (0 for a clean credential, so the
-alert BargeSecondDoorOpen sees the first one), and a Warning event `SecondDoorBatches` on the newest job of each
-tenant that used the credential, once per newly seen foreign batch id. The listing runs on the job's engine loop
-with its long-lived client. A failing listing is logged and tried again next time.
+Which credentials: every one a job used since the operator started (kept after the job ends: an idle key is
+where a second door goes unnoticed), and every provider InferencePool's, from the watch, whether or not a job
+runs on it (read again each scan: a deleted pool's credential leaves the scan, its Secret is read through the
+cache). Exported as `barge_provider_foreign_batches{provider, endpoint_hash, tenant}` (0 for a clean
+credential, so the alert BargeSecondDoorOpen sees the first one), and a Warning event `SecondDoorBatches` once
+per newly seen foreign batch id, on the newest job of each tenant that used the credential and on every provider
+pool whose credential it is. The listing runs on an engine loop with the long-lived client.
+
+Bounded: at most MAX_CREDENTIALS job credentials (the least recently used are forgotten first, with their gauge
+series), at most second_door.MAX_LISTED batches listed per credential and scan, and the ids already announced
+are kept for MAX_REPORTED ids (oldest forgotten first: a forgotten id still listed is announced again, never
+missed). A failing listing is logged and tried again next time.
 """
 
 from __future__ import annotations
@@ -13,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client.core import GaugeMetricFamily
 
@@ -28,33 +36,97 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("barge.operator")
 Poster = Callable[[str, str, str], None]
+PoolPoster = Callable[[Mapping[str, Any]], Poster]
 #: Foreign batch ids listed in an event at most.
 SHOWN = 5
+#: Job credentials kept for scanning at most; foreign batch ids remembered as announced at most.
+MAX_CREDENTIALS = 256
+MAX_REPORTED = 10_000
 
 
 @dataclass
 class Doors:
-    """Credentials in use (spec -> tenant -> (newest job key, its event poster)) and what the last scan found."""
+    """Credentials in use and what the last scan found: `seen` spec -> tenant -> (newest job key, its poster), in
+    least-recently-used order; `pools` spec -> pool "namespace/name" -> (tenant, its poster), as the last scan
+    read the watch; `reported` the foreign ids announced, oldest first."""
 
     seen: dict[ClientSpec, dict[str, tuple[str, Poster]]] = field(default_factory=dict)
+    pools: dict[ClientSpec, dict[str, tuple[str, Poster]]] = field(default_factory=dict)
     foreign: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    reported: set[str] = field(default_factory=set)
+    reported: dict[str, None] = field(default_factory=dict)
 
     def saw(self, spec: ClientSpec, tenant: str, key: str, post: Poster) -> None:
         if spec.kind in ("pool", "vllm") or not spec.guarded:
             return  # an engine pool's own vLLM: nobody else's batches there
-        self.seen.setdefault(spec, {})[tenant] = (key, post)
+        tenants = self.seen.pop(spec, {})
+        tenants[tenant] = (key, post)
+        self.seen[spec] = tenants  # the most recently used last
+        while len(self.seen) > MAX_CREDENTIALS:
+            del self.seen[next(iter(self.seen))]
+
+    def announced(self, ids: list[str]) -> None:
+        for i in ids:
+            self.reported.pop(i, None)
+            self.reported[i] = None
+        while len(self.reported) > MAX_REPORTED:
+            del self.reported[next(iter(self.reported))]
 
 
-async def scan_once(ctx: Context, now: float) -> None:
-    for spec, tenants in list(ctx.doors.seen.items()):
+def _kopf_poster(body: Mapping[str, Any]) -> Poster:
+    import kopf
+
+    def post(reason: str, message: str, kind: str) -> None:
+        # the watch's body carries apiVersion, kind and metadata: all Kopf's event reference reads
+        kopf.event(cast("kopf.Body", body), type=kind, reason=reason, message=message[:1000])
+
+    return post
+
+
+async def watch_pools(ctx: Context, poster: PoolPoster = _kopf_poster) -> None:
+    """Read the provider InferencePools from the watch into `ctx.doors.pools` (replacing the last scan's): each
+    pool's credential, the pool's tenant, and a poster of events on the pool. A pool whose Secret cannot be read
+    is left out (its own status already says SecretNotFound or refused)."""
+    from barge.api.pool import InferencePool
+    from barge.operator import admission
+
+    found: dict[ClientSpec, dict[str, tuple[str, Poster]]] = {}
+    for (namespace, name), body in list(ctx.pools.bodies.items()):
+        if not (body.get("spec") or {}).get("provider"):
+            continue  # an engine pool: its own vLLM, nobody else's batches there
+        try:
+            pool = InferencePool.model_validate({"metadata": body["metadata"], "spec": body["spec"]})
+            provider = pool.spec.provider
+            assert provider is not None
+            secret = await ctx.kube.secret_value(namespace, provider.secret_ref.name, provider.secret_ref.key)
+        except Exception as exc:
+            log.debug("second door: pool %s/%s left out: %s", namespace, name, exc)
+            continue
+        spec = ClientSpec(provider.type, secret, provider.base_url, provider.api_version)
+        tenant = await admission.tenant_or_namespace(ctx.kube, namespace)
+        found.setdefault(spec, {})[f"{namespace}/{name}"] = (tenant, poster(body))
+    ctx.doors.pools = found
+
+
+async def scan_once(ctx: Context, now: float, poster: PoolPoster = _kopf_poster) -> None:
+    if ctx.kube is not None:
+        await watch_pools(ctx, poster)
+    doors = ctx.doors
+    specs = list(doors.seen) + [s for s in doors.pools if s not in doors.seen]
+    labels = {(s.kind, second_door.endpoint_hash(s.kind, s.base_url, s.key[1])) for s in specs}
+    for stale in [k for k in doors.foreign if k[:2] not in labels]:
+        del doors.foreign[stale]  # a forgotten credential or a deleted pool's leaves the gauge
+    for spec in specs:
+        tenants = dict(doors.seen.get(spec, {}))
+        pools = doors.pools.get(spec, {})
         label = (spec.kind, second_door.endpoint_hash(spec.kind, spec.base_url, spec.key[1]))
-        first_key = next(iter(tenants.values()))[0]
+        first_key = next(iter(tenants.values()))[0] if tenants else next(iter(pools))
 
         async def listing(engine: EngineLoop, spec: ClientSpec = spec) -> list[str]:
             async with engine.clients.lease(spec) as provider:
                 window, young = ctx.config.second_door_window, second_door.YOUNG
-                found = await second_door.foreign_batches(provider, ctx.ledger, now, window=window, young=young)
+                found = await second_door.foreign_batches(
+                    provider, ctx.ledger, now, window=window, young=young, max_listed=second_door.MAX_LISTED
+                )
                 return [b.id for b in found]
 
         try:
@@ -62,18 +134,20 @@ async def scan_once(ctx: Context, now: float) -> None:
         except Exception:
             log.exception("second-door scan of a %s credential failed; trying again later", spec.kind)
             continue
-        new = [i for i in ids if i not in ctx.doors.reported]
-        for tenant, (_key, post) in tenants.items():
-            ctx.doors.foreign[(*label, tenant)] = len(ids)
+        new = [i for i in ids if i not in doors.reported]
+        shown = ", ".join(new[:SHOWN]) + (f" and {len(new) - SHOWN} more" if len(new) > SHOWN else "")
+        posts = [(tenant, "job", post) for tenant, (_key, post) in tenants.items()]
+        posts += [(tenant, "pool", post) for tenant, post in pools.values()]
+        for tenant, what, post in posts:
+            doors.foreign[(*label, tenant)] = len(ids)
             if new:
-                shown = ", ".join(new[:SHOWN]) + (f" and {len(new) - SHOWN} more" if len(new) > SHOWN else "")
                 post(
                     "SecondDoorBatches",
-                    f"{len(ids)} batch(es) on this job's {spec.kind} credential were not created by Barge "
+                    f"{len(ids)} batch(es) on this {what}'s {spec.kind} credential were not created by Barge "
                     f"(endpoint {label[1]}): {shown}; their cost is not attributed to any tenant",
                     "Warning",
                 )
-        ctx.doors.reported.update(new)
+        doors.announced(new)
 
 
 async def run(ctx: Context) -> None:
