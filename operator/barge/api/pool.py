@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from barge.api.common import DNS_LABEL, Condition, Model, ModelPrice, SecretKeyRef, cel, validations
+from barge.api.response_format import ResponseFormatSpec
 
 Profile = Literal["interactive", "throughput"]
 
@@ -209,6 +210,21 @@ class WorkerRequest(Model):
     template: str = Field("{{ text }}", min_length=1, description="Sandboxed Jinja2 over the payload's fields.")
     max_tokens: int = Field(1024, ge=1, description="max_tokens.")
     params: dict[str, Any] = Field(default_factory=dict, description="Extra provider parameters.")
+    response_format: ResponseFormatSpec | None = Field(
+        None,
+        description="Structured outputs: {name, schema}. Every answer must be JSON that follows the schema: a valid "
+        "one is written with output_json; one that is not is asked again, up to maxAttempts calls, then written "
+        "with status invalid_output and the validation error as error.",
+    )
+    max_attempts: int = Field(
+        1, ge=1, le=10, description="Calls per message while its answers break responseFormat (each one is paid)."
+    )
+    service_tier: Literal["standard", "flex", "auto"] = Field(
+        "standard",
+        description="standard: the provider's default tier. flex: every call asks OpenAI's flex tier (batch rates, "
+        "slower; its 429 resource unavailable leaves the message for redelivery). auto: flex, and a flex 429 asked "
+        "again at once at standard. Providers without a flex tier are asked at standard.",
+    )
 
 
 class WorkerOutput(Model):

@@ -28,12 +28,13 @@ from barge.providers.base import BatchProvider, Outcome, Request
 from barge.providers.content import unpack
 from barge.providers.errors import Fatal
 from barge.storage import StorageError, StoragePolicy, StorageRefused, join, locate, read_text, write_lines
+from barge.workers.answers import ANSWERED, Asking
 from barge.workers.queues import Message, Queue
 
 log = logging.getLogger("barge.worker")
 SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 DEAD_LETTER_REASONS = ("invalid", "infrastructure")
-OUTCOMES = ("succeeded", "refused", "duplicate", "abandoned")
+OUTCOMES = ("succeeded", "refused", "invalid_output", "duplicate", "abandoned")
 UNSAVED_MAX = 1000  # answers kept in memory while the output store is down
 
 
@@ -58,6 +59,8 @@ class WorkerSettings:
     tenant: str = ""
     """The pool's tenant, set by the operator; "" in local runs."""
     max_payload_bytes: int = 10 * 1024 * 1024
+    asking: Asking = field(default_factory=Asking)
+    """request.responseFormat, maxAttempts and serviceTier: how each answer is asked for and read (answers.py)."""
 
     @classmethod
     def from_config(cls, config: dict[str, Any], storage: StoragePolicy | None = None) -> WorkerSettings:
@@ -80,6 +83,7 @@ class WorkerSettings:
             worker=str(config.get("worker", "")),
             tenant=str(config.get("tenant", "")),
             max_payload_bytes=int(config.get("maxPayloadBytes", cls.max_payload_bytes)),
+            asking=Asking.from_request(request),
         )
 
 
@@ -293,14 +297,14 @@ class Worker:
         )
         self.model_calls += 1
         try:
-            result = await self.provider.complete(request)
+            result = await self.settings.asking.ask(self.provider, request)
         except Fatal as exc:
             log.error("provider refuses this worker's credentials or account: %s", exc.message)
             await self.queue.abandon(message)
             return "abandoned:fatal"
         if result.retry_after:
             self.limiter.pause(result.retry_after)
-        if result.outcome in (Outcome.SUCCEEDED, Outcome.REFUSED):
+        if result.outcome in ANSWERED:  # an invalid_output too: paid for, written with its error (answers.py)
             text, kept = unpack(result.text)  # tool calls, blocks, stop reasons: beside the text (content.py)
             record = {
                 "correlationId": correlation_id,
@@ -308,6 +312,7 @@ class Worker:
                 "status": result.outcome.value,
                 "output": text,
                 **kept,
+                **self.settings.asking.record_fields(result),
                 "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
                 "metadata": envelope.get("metadata") or {},
             }
