@@ -42,6 +42,7 @@ KEY_VARIABLES = {
     "azure-openai": "AZURE_OPENAI_API_KEY",
     "openai-compatible": "OPENAI_API_KEY",
     "mistral": "MISTRAL_API_KEY",
+    "gemini": "GEMINI_API_KEY",  # the name google-genai itself reads
 }
 err = Console(stderr=True)
 
