@@ -68,6 +68,7 @@ PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
     "openai": ("api.openai.com",),
     "azure-openai": ("*.openai.azure.com", "*.cognitiveservices.azure.com"),
     "mistral": ("api.mistral.ai",),
+    "gemini": ("generativelanguage.googleapis.com",),  # the Gemini API (files, uploads, batches, models)
     # openai-compatible has no host of its own: its baseURL must be one of the admin's endpoints
 }
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"})

@@ -43,6 +43,7 @@ PROVIDERS = {  # provider type -> (ProviderName = PublisherName = InvoiceIssuerN
     "openai": ("OpenAI", "OpenAI API"),
     "azure-openai": ("Microsoft", "Azure OpenAI"),
     "mistral": ("Mistral AI", "Mistral API"),
+    "gemini": ("Google", "Gemini API"),
     "openai-compatible": ("Self-hosted", "OpenAI-compatible API"),
     "pool": ("Self-hosted", "Barge InferencePool"),
 }
