@@ -25,6 +25,8 @@ class Case:
     """What `delete_objects` deletes of an ended batch where every request succeeded."""
     refusals: bool = True
     """The provider reports refusals (content filters) as such; Mistral's API has no such finish reason."""
+    idempotent_create: bool = False
+    """Creates carry an idempotency key (Bedrock's clientRequestToken), so the adapter retries them: the same job."""
 
     @property
     def id(self) -> str:
@@ -48,3 +50,6 @@ CASES += [
 ]
 CASES += [Case("mistral", "mistral-small-latest", "/mistral", objects=3, refusals=False)]  # input, output, job
 CASES += [Case("gemini", "gemini-2.5-flash", "/gemini", objects=3)]  # input file, responses file, batch
+from tests.contract.bedrock_case import CASE as BEDROCK  # noqa: E402 - it subclasses Case, above
+
+CASES += [BEDROCK]  # S3 input, output and manifest

@@ -133,7 +133,7 @@ class PoolProvider(Model):
         )
     )
 
-    type: Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "gemini"] = Field(
+    type: Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "bedrock", "gemini"] = Field(
         description="Provider (openai-compatible needs baseURL)."
     )
     model: str = Field(min_length=1, description="Model or (Azure) deployment name.")

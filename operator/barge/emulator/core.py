@@ -24,7 +24,7 @@ from barge.emulator import structured
 from barge.emulator.profile import Profile
 from barge.emulator.structured import Tool
 
-ProviderName = Literal["anthropic", "openai", "azure", "mistral", "gemini"]
+ProviderName = Literal["anthropic", "openai", "azure", "mistral", "gemini", "bedrock"]
 REPLY_PREFIX = "Emulated reply: "
 CUSTOM_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 BATCH_EXPIRY_SECONDS = 24 * 3600
@@ -313,6 +313,7 @@ class Store:
         self.creates += 1
         prefixes = {"anthropic": "msgbatch_", "openai": "batch_", "azure": "batch_", "mistral": "mbatch_"}
         prefixes["gemini"] = "batches/"  # a Gemini batch's id is its resource name
+        prefixes["bedrock"] = "bj"  # a Bedrock job's id is the last part of its ARN
         prefix = prefixes[provider]
         # Unique across emulator instances, as real ids are; the outcomes stay a function of (seed, n-th create).
         batch_id = f"{prefix}{self.instance}{self.creates:06d}"

@@ -21,6 +21,7 @@ from aiohttp import web
 from barge.emulator import (
     anthropic_api,
     azure_costs,
+    bedrock_api,
     gemini_api,
     mistral_api,
     openai_api,
@@ -45,6 +46,8 @@ def _family(path: str) -> str:
         return "openai"
     if path.startswith("/mistral/"):
         return "mistral"
+    if path.startswith("/bedrock/"):
+        return "bedrock"
     if path.startswith("/gemini/"):
         return "gemini"
     return "emulator"
@@ -57,6 +60,8 @@ def _error(family: str, status: int, message: str) -> web.Response:
         return openai_shapes.error(status, message)
     if family == "mistral":
         return mistral_api.error(status, message)
+    if family == "bedrock":
+        return bedrock_api.error(status, message)
     if family == "gemini":
         return gemini_api.error(status, message)
     return web.json_response({"error": message}, status=status)
@@ -70,6 +75,8 @@ def _api_key(request: web.Request, family: str) -> str | None:
         return key
     if family == "gemini":
         return gemini_api.api_key(request)
+    if family == "bedrock":
+        return bedrock_api.access_key(request)
     if request.path.startswith("/openai/") and "api-key" in request.headers:
         return request.headers["api-key"]
     auth = request.headers.get("authorization", "")
@@ -81,6 +88,8 @@ def _unauthorized(family: str) -> web.Response:
         return anthropic_api.error(401, "invalid x-api-key")
     if family == "mistral":
         return mistral_api.unauthorized()
+    if family == "bedrock":
+        return bedrock_api.unauthorized()
     if family == "gemini":
         return gemini_api.unauthorized()
     return openai_shapes.error(401, "Incorrect API key provided.", code="invalid_api_key")
@@ -139,6 +148,7 @@ def make_app(
     app.add_routes(openai_api.routes())
     app.add_routes(openai_compatible_api.routes())
     app.add_routes(mistral_api.routes())
+    app.add_routes(bedrock_api.routes())
     app.add_routes(gemini_api.routes())
     app.add_routes(usage_reports.routes())
     azure_costs.install(app)

@@ -91,6 +91,10 @@ def make_provider(
         from barge.providers.gemini_provider import make_gemini
 
         return make_gemini(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries, guard=guard)
+    if kind == "bedrock":  # api_key: the Secret's JSON (keys, region, role ARN, S3 prefixes)
+        from barge.providers.bedrock_provider import make_bedrock
+
+        return make_bedrock(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries)
     if kind == "azure-openai":
         if not base_url:
             raise ValueError("azure-openai needs provider.baseURL: the resource endpoint")
