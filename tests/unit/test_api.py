@@ -44,6 +44,7 @@ def test_there_is_a_sample_per_provider_type_and_pool_kind() -> None:
         "azure-openai",
         "openai-compatible",
         "mistral",
+        "gemini",
         "pool",
     }
     assert any("engine" in p["spec"] for p in pools)
@@ -87,7 +88,7 @@ def test_defaults() -> None:
             "poolRef.name is required",
         ),
         ({"provider": {"type": "anthropic", "secretRef": {"name": "s"}}}, "model is required"),
-        ({"provider": {"type": "bedrock", "model": "m", "secretRef": {"name": "s"}}}, "provider.type"),
+        ({"provider": {"type": "cohere", "model": "m", "secretRef": {"name": "s"}}}, "provider.type"),
         ({"request": {"maxTokens": -5}}, "request.maxTokens"),
         ({"customId": "{id}-{date}"}, "customId"),
         ({"successRatio": "1.5"}, "successRatio"),
