@@ -4,7 +4,8 @@ Nothing is faked on the Barge side: `barge operator` runs as a process against t
 ledger that holds real data (a job taken to Succeeded against the provider emulator, a second one still
 Running, a provider InferencePool with a Redis Streams worker), and `barge worker` runs as a process with the
 config the operator wrote into the worker's ConfigMap, answering real messages from a real redis-server
-(there is no kubelet here, so the test starts the replica the Deployment would). vLLM's
+(there is no kubelet here, so the test starts the replica the Deployment would), and `barge gateway` runs as
+a process with its metrics port, called with a real ServiceAccount token (one accepted upload, one 401). vLLM's
 `vllm:num_requests_waiting` comes from vLLM itself; `barge emulator --vllm` serves the same series and stands
 in for it. Prometheus scrapes them with the labels the chart's ServiceMonitor (honorLabels) and PodMonitor
 give the targets, and every panel's query of the shipped dashboard (rendered by `helm template`) must return
@@ -28,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import yaml
 from redis import Redis
@@ -37,7 +39,7 @@ from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
 from tests.conftest import free_port, wait_for_port
 from tests.e2e.conftest import admin_policy, wait_for
-from tests.integration.test_alerts import NAMESPACE, OPERATOR_JOB, render_chart, shipped_rules
+from tests.integration.test_alerts import GATEWAY_JOB, NAMESPACE, OPERATOR_JOB, render_chart, shipped_rules
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
@@ -129,13 +131,14 @@ def pool(emulator: str, redis_address: str, stream: str, workdir: Path) -> dict[
 
 
 class Stack:
-    """What Prometheus scrapes: the operator, one worker replica and a vLLM stand-in, with their ports."""
+    """What Prometheus scrapes: the operator, one worker replica, a vLLM stand-in and the gateway, with their ports."""
 
-    def __init__(self, namespace: str, operator_port: int, worker_port: int, vllm_port: int) -> None:
+    def __init__(self, namespace: str, operator_port: int, worker_port: int, vllm_port: int, gateway_port: int) -> None:
         self.namespace = namespace
         self.operator = f"127.0.0.1:{operator_port}"
         self.worker = f"127.0.0.1:{worker_port}"
         self.vllm = f"127.0.0.1:{vllm_port}"
+        self.gateway = f"127.0.0.1:{gateway_port}"
         self.prometheus = ""
 
     def query(self, expr: str) -> list[dict[str, Any]]:
@@ -251,11 +254,43 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
             lambda: "barge_worker_dead_lettered_total" in fetch(f"http://127.0.0.1:{worker_port}/metrics"), 60, "work"
         )
 
-        stack = Stack(ns, operator_port, worker_port, int(vllm.url.rsplit(":", 1)[1]))
+        # barge gateway (#30.7): its metrics port; a caller of the namespace with a real token uploads a file
+        gateway_port, gateway_metrics = free_port(), free_port()
+        kubectl(cluster, "-n", ns, "create", "serviceaccount", "app")
+        kubectl(cluster, "-n", ns, "create", "role", "batches", "--verb=create,get,list", "--resource=llmbatchjobs")
+        kubectl(
+            cluster, "-n", ns, "create", "rolebinding", "app-batches", "--role=batches", f"--serviceaccount={ns}:app"
+        )
+        token = kubectl(cluster, "-n", ns, "create", "token", "app", "--audience=barge", "--duration=1h").strip()
+        args = ["gateway", "--port", str(gateway_port), "--metrics-port", str(gateway_metrics)]
+        gateway = start(
+            [sys.executable, "-m", "barge.cli", *args],
+            workdir / "gateway.log",
+            {
+                "KUBECONFIG": str(cluster.kubeconfig),
+                "BARGE_POLICY_FILE": str(policy),
+                "BARGE_ALLOWED_FILE_ROOTS": str(workdir),
+                "BARGE_SHARED_FILE_ROOTS": "true",
+            },
+        )
+        procs.append(gateway)
+        wait_for_port(gateway_port, gateway, "barge gateway", 60)
+        base = f"http://127.0.0.1:{gateway_port}/v1"
+        request = {"model": "ingest-mini", "messages": [{"role": "user", "content": "classify claim 7"}]}
+        upload = workdir / "gateway-in.jsonl"
+        upload.write_text(
+            json.dumps({"custom_id": "g1", "method": "POST", "url": "/v1/chat/completions", "body": request})
+        )
+        with upload.open("rb") as handle:
+            openai.OpenAI(api_key=token, base_url=base, max_retries=0).files.create(file=handle, purpose="batch")
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(api_key="not-a-token", base_url=base, max_retries=0).files.list()
+
+        stack = Stack(ns, operator_port, worker_port, int(vllm.url.rsplit(":", 1)[1]), gateway_metrics)
         prom_port = free_port()
         worker_target = {"namespace": ns, "pod": "ingest-mini-doc-ingest-worker-7d9c-abcde", "container": "worker"}
         rules_file = workdir / "barge-rules.yaml"
-        rules_file.write_text(yaml.safe_dump(shipped_rules()))  # the chart's alerts, evaluated by this Prometheus
+        rules_file.write_text(yaml.safe_dump(shipped_rules(gateway=True)))  # the chart's alerts, this Prometheus's
         config_file = workdir / "prometheus.yml"
         config_file.write_text(
             yaml.safe_dump(
@@ -276,6 +311,15 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
                         {  # as the PodMonitor: the pod's namespace and name
                             "job_name": f"{NAMESPACE}/barge-workers",
                             "static_configs": [{"targets": [stack.worker], "labels": worker_target}],
+                        },
+                        {  # as the gateway's PodMonitor: job <namespace>/<name>, the pod's namespace and name
+                            "job_name": GATEWAY_JOB,
+                            "static_configs": [
+                                {
+                                    "targets": [stack.gateway],
+                                    "labels": {"namespace": NAMESPACE, "pod": "barge-gateway-6c9d8f7b5-q4w2e"},
+                                }
+                            ],
                         },
                         {  # as the ServiceMonitor Barge makes for an engine pool
                             "job_name": "serviceMonitor/claims/ingest-mini-vllm/0",
@@ -301,9 +345,7 @@ def stack(cluster: Cluster, redis_url: str, tmp_path_factory: pytest.TempPathFac
         stack.prometheus = f"http://127.0.0.1:{prom_port}"
         wait_for(lambda: answers(f"{stack.prometheus}/-/ready"), 60, "prometheus ready")  # 503 while its TSDB opens
         # every target scraped a few times, so rate() and increase() have samples to work with
-        wait_for(
-            lambda: len([s for s in stack.query("count_over_time(up[1m]) >= 5") if s]) == 3, 90, "three targets up"
-        )
+        wait_for(lambda: len([s for s in stack.query("count_over_time(up[1m]) >= 5") if s]) == 4, 90, "four targets up")
         yield stack
     finally:
         stop(*reversed(procs))
@@ -342,7 +384,8 @@ def test_the_dashboard_is_a_bare_model_with_a_datasource_variable() -> None:
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
         assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"]), panel["title"]
     titles = " | ".join(p["title"].lower() for p in model["panels"])
-    for topic in ("phase", "progress", "cost", "savings", "slack", "batch", "quota", "dead letters", "waiting"):
+    topics = ("phase", "progress", "cost", "savings", "slack", "batch", "quota", "dead letters", "waiting", "gateway")
+    for topic in topics:
         assert topic in titles, topic
     ids = [p["id"] for p in model["panels"]]
     assert len(ids) == len(set(ids))
@@ -386,6 +429,14 @@ def test_the_panels_show_the_real_numbers(stack: Stack) -> None:
     assert 0 < float(spent["value"][1]) == pytest.approx(float(cost["value"][1]), rel=1e-6)
     waited = stack.query(f'barge_admission_wait_seconds_count{{namespace="{stack.namespace}",pool="ingest-mini"}}')
     assert sum(float(s["value"][1]) for s in waited) == 1  # the pooled job's one wait
+    # the gateway: one upload by the namespace's tenant, one call refused before its caller was known (tenant "",
+    # which Prometheus stores as no label)
+    files = stack.query('barge_gateway_requests_total{route="/v1/files"}')
+    codes = {(s["metric"].get("tenant", ""), s["metric"]["code"]): float(s["value"][1]) for s in files}
+    assert codes == {("claims-team", "200"): 1, ("", "401"): 1}
+    (uploaded,) = stack.query("barge_gateway_upload_bytes_total")
+    assert uploaded["metric"]["tenant"] == "claims-team"
+    assert float(uploaded["value"][1]) > 100  # the one line's bytes
 
 
 def test_the_shipped_alerts_evaluate_on_the_real_series(stack: Stack) -> None:
@@ -403,7 +454,13 @@ def test_the_shipped_alerts_evaluate_on_the_real_series(stack: Stack) -> None:
     (alert,) = rules["BargeJobSuccessRatioBelowSpec"]["alerts"]
     assert alert["labels"]["namespace"] == stack.namespace
     assert alert["labels"]["tenant"] == "claims-team"
-    for quiet in ("BargeJobFailed", "BargeOperatorAbsent", "BargeLedgerErrors", "BargePoolDegraded"):
+    for quiet in (
+        "BargeJobFailed",
+        "BargeOperatorAbsent",
+        "BargeLedgerErrors",
+        "BargePoolDegraded",
+        "BargeGatewayAbsent",
+    ):
         assert rules[quiet]["state"] == "inactive", quiet
 
 
@@ -420,7 +477,7 @@ def _labels_used(expr: str) -> set[str]:
 def test_every_metric_and_label_the_alerts_and_panels_read_exists_in_the_scrapes(stack: Stack) -> None:
     exprs = [
         (r["alert"], r["expr"], " ".join(r["annotations"].values()))
-        for g in shipped_rules()["groups"]
+        for g in shipped_rules(gateway=True)["groups"]
         for r in g["rules"]
     ]
     exprs += [(title, expr, "") for title, expr in panel_queries(dashboard())]

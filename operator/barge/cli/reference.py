@@ -160,11 +160,12 @@ def _families(collectors: Iterable[Any]) -> list[tuple[str, str, str, list[str]]
 
 
 def metrics_page() -> str:
-    """Every metric of `barge operator` and `barge worker`, asked of their collectors."""
+    """Every metric of `barge operator`, `barge worker` and `barge gateway`, asked of their collectors."""
     from prometheus_client import CollectorRegistry
 
     from barge.batch import prices
     from barge.config import OperatorConfig
+    from barge.gateway.metrics import GatewayMetrics
     from barge.ledger import Ledger
     from barge.operator import quota
     from barge.operator.jobs import Context
@@ -181,6 +182,11 @@ def metrics_page() -> str:
     registry = CollectorRegistry()
     Metrics(registry)
     worker = _families([registry])
+    gateway_metrics = GatewayMetrics()
+    gateway_metrics.requests.labels("", "", "")  # one child each, so that the families show their label names
+    gateway_metrics.upload_bytes.labels("")
+    gateway_metrics.duration.labels("")
+    gateway = _families([gateway_metrics.registry])
     out = [
         HEADER + "# Metrics reference\n",
         "Every series Barge exports, asked of the collectors themselves. What the series mean together, the "
@@ -190,6 +196,11 @@ def metrics_page() -> str:
     for title, where, families in (
         ("barge operator", "`/metrics` on `--metrics-port` (chart: the `barge-metrics` Service)", operator),
         ("barge worker", "`/metrics` of each queue worker replica (port 9100 on the Pod network)", worker),
+        (
+            "barge gateway",
+            "`/metrics` on `--metrics-port` (chart: `gateway.metricsPort`, the gateway's PodMonitor)",
+            gateway,
+        ),
     ):
         out.append(f"## {title}\n\nServed on {where}.\n")
         out.append("| metric | type | labels | description |\n| --- | --- | --- | --- |")
