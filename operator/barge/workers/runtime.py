@@ -6,7 +6,8 @@ optional `metadata`. The tenant is the pool's (from the operator's config), neve
 names another tenant is dead-lettered, and usage is metered to the pool's tenant. Results are upserted as
 `<output.url>/<tenant>/<correlationId>.json` (without a tenant, in local runs: `<output.url>/<correlationId>.json`),
 so the idempotency key is (tenant, correlationId) and a redelivered message that was already answered is
-completed without calling the model again.
+completed without calling the model again. Between the paid answer and that file (a replica stopped mid-call, a
+store outage, another replica's claim) the call record of workers/calls.py keeps it paid once.
 """
 
 from __future__ import annotations
@@ -24,17 +25,22 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from barge.batch.bounded import bound
 from barge.batch.fallback import RateLimiter
 from barge.batch.sandbox import BoundedSandbox, render_bounded
-from barge.providers.base import BatchProvider, Outcome, Request
+from barge.providers.base import UNREADABLE_ANSWER, BatchProvider, Outcome, Request
 from barge.providers.content import unpack
 from barge.providers.errors import Fatal
 from barge.storage import StorageError, StoragePolicy, StorageRefused, join, locate, read_text, write_lines
 from barge.workers.answers import ANSWERED, Asking
+from barge.workers.calls import Calls, Verdict, calls_for
 from barge.workers.queues import Message, Queue
 
 log = logging.getLogger("barge.worker")
 SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 DEAD_LETTER_REASONS = ("invalid", "infrastructure")
 OUTCOMES = ("succeeded", "refused", "invalid_output", "duplicate", "abandoned")
+UNCERTAIN = frozenset({"timeout", "unknown", UNREADABLE_ANSWER})
+"""Failed calls the provider may still have answered and billed (a client-side timeout, an unexpected error, a
+body that could not be read): dead-lettered at once, never called again. An error answer (5xx, 429, overloaded,
+connection refused) was not billed: left for redelivery."""
 UNSAVED_MAX = 1000  # answers kept in memory while the output store is down
 
 
@@ -152,9 +158,16 @@ class Metrics:
 
 class Worker:
     def __init__(
-        self, queue: Queue, provider: BatchProvider, settings: WorkerSettings, metrics: Metrics | None = None
+        self,
+        queue: Queue,
+        provider: BatchProvider,
+        settings: WorkerSettings,
+        metrics: Metrics | None = None,
+        *,
+        calls: Calls | None = None,
     ) -> None:
         self.queue = queue
+        self.calls = calls if calls is not None else calls_for(queue)
         self.provider = provider
         self.settings = settings
         self.metrics = metrics or Metrics(pool=settings.pool, worker=settings.worker)
@@ -284,9 +297,9 @@ class Worker:
             await self.queue.dead_letter(message, "invalid", bound(str(exc) or type(exc).__name__, 500))
             self.metrics.dead.labels("invalid").inc()
             return "dead:invalid"
-        before = self.limiter.waited
-        await self.limiter.acquire(len(self.settings.system + user) // 4 + self.settings.max_tokens)
-        self.metrics.waits.inc(self.limiter.waited - before)
+        if not await self._paced(len(self.settings.system + user) // 4 + self.settings.max_tokens):
+            await self.queue.abandon(message)  # stopping: not called, left for another replica
+            return "released"
         request = Request(
             correlation_id,
             self.settings.model,
@@ -295,13 +308,56 @@ class Worker:
             self.settings.system,
             params=dict(self.settings.params),
         )
+        key = f"{tenant}/{correlation_id}" if tenant else correlation_id
+        try:
+            return await self._call(message, envelope, request, key, tenant)
+        finally:
+            await self.calls.release(key)
+
+    async def _paced(self, tokens: int) -> bool:
+        """Wait for the rate limiter; False if the replica is told to stop first (it calls nothing more)."""
+        before = self.limiter.waited
+        acquire = asyncio.ensure_future(self.limiter.acquire(tokens))
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not acquire.done():
+                acquire.cancel()
+            self.metrics.waits.inc(self.limiter.waited - before)
+        return acquire.done() and not acquire.cancelled()
+
+    async def _call(self, message: Message, envelope: dict[str, Any], request: Request, key: str, tenant: str) -> str:
+        correlation_id = request.custom_id
+        begun = await self.calls.begin(key)
+        if begun.verdict is Verdict.BUSY:  # another replica is calling it now: its ack settles the message
+            log.info("message %s is being answered by %s", message.id, begun.holder)
+            return "busy"
+        if begun.verdict is Verdict.ANSWERED and begun.record is not None:  # paid before, its save was lost
+            self._save(correlation_id, begun.record)
+            await self.queue.complete(message)
+            await self.calls.done(key)
+            self.metrics.processed.labels("duplicate").inc()
+            return "duplicate"
+        if begun.verdict is Verdict.INTERRUPTED:
+            detail = (
+                f"a replica ({begun.holder}) stopped during its model call, which may have been paid: not called again"
+            )
+            log.warning("message %s: %s", message.id, detail)
+            await self.queue.dead_letter(message, "infrastructure", detail)
+            await self.calls.done(key)
+            self.metrics.dead.labels("infrastructure").inc()
+            return "dead:interrupted"
         self.model_calls += 1
         try:
             result = await self.settings.asking.ask(self.provider, request)
         except Fatal as exc:
+            await self.calls.done(key)  # refused before any answer: not paid
             log.error("provider refuses this worker's credentials or account: %s", exc.message)
             await self.queue.abandon(message)
             return "abandoned:fatal"
+        # anything else raised here leaves the record `calling`: the redelivery dead-letters it, never pays again
         if result.retry_after:
             self.limiter.pause(result.retry_after)
         if result.outcome in ANSWERED:  # an invalid_output too: paid for, written with its error (answers.py)
@@ -316,12 +372,25 @@ class Worker:
                 "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
                 "metadata": envelope.get("metadata") or {},
             }
-            self._save(correlation_id, record)
-            await self.queue.complete(message)
-            self.metrics.processed.labels(result.outcome.value).inc()
+            try:
+                await self.calls.answered(key, record)  # paid: kept before anything else can fail
+            except Exception as exc:  # its queue's store is failing: the result file below is the other record
+                log.warning("message %s: cannot keep its answer beside the queue: %s", message.id, exc)
             self.metrics.tokens.labels(tenant, "input").inc(result.usage.input_tokens)
             self.metrics.tokens.labels(tenant, "output").inc(result.usage.output_tokens)
+            self._save(correlation_id, record)
+            await self.queue.complete(message)
+            await self.calls.done(key)
+            self.metrics.processed.labels(result.outcome.value).inc()
             return result.outcome.value
+        if result.outcome is Outcome.TRANSIENT and result.error_type in UNCERTAIN:
+            detail = f"{result.error_type}: {result.message}: the provider may have answered it: not called again"
+            log.warning("message %s: %s", message.id, detail)
+            await self.queue.dead_letter(message, "infrastructure", bound(detail, 500))
+            await self.calls.done(key)
+            self.metrics.dead.labels("infrastructure").inc()
+            return "dead:uncertain"
+        await self.calls.done(key)  # the provider answered with an error: nothing paid, a redelivery may call
         if result.outcome is Outcome.INVALID:
             await self.queue.dead_letter(message, "invalid", f"{result.error_type}: {result.message}")
             self.metrics.dead.labels("invalid").inc()
@@ -334,7 +403,6 @@ class Worker:
             )
             self.metrics.dead.labels("infrastructure").inc()
             return "dead:infrastructure"
-        # visible: on the node one such call was answered again on its redelivery (paid twice) with nothing logged
         log.warning(
             "message %s not answered (%s: %s), left for redelivery", message.id, result.error_type, result.message
         )
@@ -356,7 +424,8 @@ class Worker:
             self.metrics.backlog.set(waiting)
 
     async def run(self, *, idle_exit: bool = False, wait_ms: int = 1000) -> None:
-        """Receive until stopped (SIGTERM sets `stopping`): in-flight messages finish, nothing new is taken."""
+        """Receive until stopped (SIGTERM sets `stopping`): calls in flight finish, messages not yet called are
+        left for another replica, nothing new is taken. Held messages are kept from other replicas' claims."""
         while not self.stopping.is_set():
             await self._sample_backlog()
             batch = await self.queue.receive(self.settings.concurrency, wait_ms)
@@ -365,7 +434,24 @@ class Worker:
                     return
                 continue
             self.metrics.in_flight.inc(len(batch))
+            held = {m.id: m for m in batch}
+            holding = asyncio.create_task(self._hold(held))
             try:
-                await asyncio.gather(*(self.handle(m) for m in batch))
+                await asyncio.gather(*(self._settle(m, held) for m in batch))
             finally:
+                holding.cancel()
                 self.metrics.in_flight.dec(len(batch))
+
+    async def _settle(self, message: Message, held: dict[str, Message]) -> str:
+        try:
+            return await self.handle(message)
+        finally:
+            held.pop(message.id, None)
+
+    async def _hold(self, held: dict[str, Message]) -> None:
+        while held:
+            await asyncio.sleep(self.calls.hold_seconds)
+            try:
+                await self.calls.hold(list(held.values()))
+            except Exception as exc:  # the queue is failing: the claims may come; the call records still hold
+                log.warning("cannot hold %d in-flight message(s): %s", len(held), exc)
