@@ -156,6 +156,10 @@ def test_defaults_render_the_operator_with_a_sqlite_ledger_on_a_kept_pvc(helm: P
         "BARGE_PROMETHEUS_URL": "http://prometheus-operated.monitoring.svc:9090",
         "BARGE_POOL_ENDPOINT_TEMPLATE": "http://{name}.{namespace}.svc:8000/v1",
         "BARGE_WORKER_IMAGE": "ghcr.io/barge-dev/barge:0.1.0",
+        # each engine pool's NetworkPolicy admits this release's operator pods (M9; test_chart_pool_network.py)
+        "BARGE_POOL_NETWORK_POLICY": '{"enabled":true,"gateways":[],"monitoringNamespaces":["monitoring"],'
+        '"operator":{"namespace":"barge-system","podLabels":{"app.kubernetes.io/instance":"barge",'
+        '"app.kubernetes.io/name":"barge"}}}',
     }
     pvc = one(docs, "PersistentVolumeClaim")
     assert pvc["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
