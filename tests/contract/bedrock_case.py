@@ -12,15 +12,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
-from dataclasses import dataclass
 
 from barge.emulator import bedrock_api
 from barge.providers import BatchProvider, make_provider
 from tests.conftest import free_port
-from tests.contract.cases import Case
 
 BUCKET = "barge-bedrock"
-MODEL = "anthropic.claude-haiku-4-5-20251001-v1:0"
 ROLE = "arn:aws:iam::123456789012:role/barge-bedrock-batch"
 _S3: dict[str, str] = {}
 
@@ -59,14 +56,9 @@ def secret(access_key: str = "AKIABARGETEST", min_records: int = 1, prefix: str 
     )
 
 
-@dataclass(frozen=True)
-class BedrockCase(Case):
-    def provider(self, emulator_url: str, key: str = "k", sync_retries: int = 0) -> BatchProvider:
-        os.environ[bedrock_api.S3_ENV] = s3_endpoint()
-        os.environ[bedrock_api.MIN_RECORDS_ENV] = "1"
-        access = "invalid" if key == "invalid" else "AKIABARGETEST"
-        return make_provider(self.kind, secret(access), base_url=self.base_url(emulator_url), sync_retries=sync_retries)
-
-
-#: input, output and manifest objects; creates retried under one clientRequestToken
-CASE = BedrockCase("bedrock", MODEL, "/bedrock", objects=3, idempotent_create=True)
+def bedrock(base_url: str, key: str = "k", sync_retries: int = 0) -> BatchProvider:
+    """The contract's Bedrock adapter: the emulator reads and writes moto's S3, with a minimum of 1 record."""
+    os.environ[bedrock_api.S3_ENV] = s3_endpoint()
+    os.environ[bedrock_api.MIN_RECORDS_ENV] = "1"
+    access = "invalid" if key == "invalid" else "AKIABARGETEST"
+    return make_provider("bedrock", secret(access), base_url=base_url, sync_retries=sync_retries)

@@ -254,6 +254,18 @@ class JobRunner:
         if not self.budget.within(self.on_event):
             return
         shards = list(self._shards())
+        least = getattr(self.provider, "min_requests", 0)  # Bedrock: records per job at least (100 by default)
+        if least and 0 < sum(s.count for s in shards) < least:  # too few for any batch: the synchronous path
+            pending = sum(s.count for s in shards)
+            self.on_event(
+                "BelowBatchMinimum",
+                f"{pending} pending requests, under {self.provider.name}'s minimum of {least} per batch: "
+                "sent through the synchronous path",
+                "Normal",
+            )
+            await self._fallback()
+            return
+        shards = [s for s in shards if s.count >= least]  # a tail under it waits, then goes alone (above)
         async with self.admission.turn([s.tokens for s in shards]) as admitted:  # the deployment's batch quota
             for s in shards[:admitted]:
                 # Shielded: a daemon cancelled mid-create (the job is being deleted) still records what it created,
