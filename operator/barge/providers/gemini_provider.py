@@ -59,6 +59,8 @@ RPC_HTTP = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE":
 RPC_HTTP |= {"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429, "ABORTED": 409}
 RPC_HTTP |= {"INTERNAL": 500, "UNAVAILABLE": 503, "UNKNOWN": 500, "DATA_LOSS": 500}
 RETRIED_STATUSES = [408, 429, 500, 502, 503, 504]
+#: The most batches `list_recent` reads to sort them newest first (100 pages; Barge's own are deleted by retention).
+MAX_LISTED = 10_000
 _ONCE = types.HttpOptions(retry_options=types.HttpRetryOptions(attempts=1))  # this one call is not retried
 
 
@@ -232,16 +234,19 @@ class GeminiProvider:
         return _info(await self._job(batch_id))
 
     async def list_recent(self, limit: int = 100) -> list[BatchInfo]:
+        """Newest first. The API documents no order for batches.list (AIP-132 leaves it to the service), so every
+        page is read, up to MAX_LISTED batches, and sorted here: an orphan is found whatever order the API uses."""
         out: list[BatchInfo] = []
         try:
-            pager = await self.aio.batches.list(config=types.ListBatchJobsConfig(page_size=min(limit, 100)))
+            pager = await self.aio.batches.list(config=types.ListBatchJobsConfig(page_size=100))
             async for job in pager:
                 out.append(_info(job))
-                if len(out) >= limit:
+                if len(out) >= max(limit, MAX_LISTED):
                     break
         except (errors.APIError, httpx2.HTTPError) as exc:
             raise from_gemini(exc) from exc
-        return out
+        out.sort(key=lambda b: b.created_at, reverse=True)
+        return out[:limit]
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         try:
