@@ -19,23 +19,29 @@ missed). A failing listing is logged and tried again next time.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import logging
+import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from prometheus_client.core import GaugeMetricFamily
 
 from barge.batch import second_door
 from barge.operator.cache import ClientSpec
+from barge.operator.kube import Kube, call, dns_name
 
 if TYPE_CHECKING:
     from barge.operator.engine import EngineLoop
     from barge.operator.jobs import Context
 
 log = logging.getLogger("barge.operator")
-Poster = Callable[[str, str, str], None]
+Poster = Callable[[str, str, str], Awaitable[None] | None]
 PoolPoster = Callable[[Mapping[str, Any]], Poster]
 #: Foreign batch ids listed in an event at most.
 SHOWN = 5
@@ -59,7 +65,14 @@ class Doors:
         if spec.kind in ("pool", "vllm") or not spec.guarded:
             return  # an engine pool's own vLLM: nobody else's batches there
         tenants = self.seen.pop(spec, {})
-        tenants[tenant] = (key, post)
+        # The scan is no Kopf handler: a job's poster (kopf.event) runs in the context of the step that saw it,
+        # where Kopf's event queue is (without it kopf.event raises LookupError and no event was ever posted).
+        context = contextvars.copy_context()
+
+        def in_context(reason: str, message: str, kind: str) -> Awaitable[None] | None:
+            return context.run(post, reason, message, kind)
+
+        tenants[tenant] = (key, in_context)
         self.seen[spec] = tenants  # the most recently used last
         while len(self.seen) > MAX_CREDENTIALS:
             del self.seen[next(iter(self.seen))]
@@ -72,17 +85,48 @@ class Doors:
             del self.reported[next(iter(self.reported))]
 
 
-def _kopf_poster(body: Mapping[str, Any]) -> Poster:
-    import kopf
+def api_poster(kube: Kube) -> PoolPoster:
+    """Events on a pool written through the API (core/v1 Event): the scan runs in no Kopf handler, so Kopf's
+    kopf.event has no event queue there."""
 
-    def post(reason: str, message: str, kind: str) -> None:
-        # the watch's body carries apiVersion, kind and metadata: all Kopf's event reference reads
-        kopf.event(cast("kopf.Body", body), type=kind, reason=reason, message=message[:1000])
+    def for_pool(body: Mapping[str, Any]) -> Poster:
+        meta = body.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
-    return post
+        async def post(reason: str, message: str, kind: str) -> None:
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            event = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": str(body.get("apiVersion") or "barge.dev/v1alpha1"),
+                    "kind": str(body.get("kind") or "InferencePool"),
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": str(meta.get("uid") or ""),
+                },
+                "reason": reason,
+                "message": message[:1000],
+                "type": kind,
+                "source": {"component": "barge-operator"},
+                "reportingComponent": "barge-operator",
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+            path = f"/api/v1/namespaces/{quote(dns_name(namespace, 'namespace'), safe='')}/events"
+            try:
+                await call(kube, path, "POST", body=event)
+            except Exception:
+                log.exception("second door: the event on InferencePool %s/%s was not written", namespace, name)
+
+        return post
+
+    return for_pool
 
 
-async def watch_pools(ctx: Context, poster: PoolPoster = _kopf_poster) -> None:
+async def watch_pools(ctx: Context, poster: PoolPoster) -> None:
     """Read the provider InferencePools from the watch into `ctx.doors.pools` (replacing the last scan's): each
     pool's credential, the pool's tenant, and a poster of events on the pool. A pool whose Secret cannot be read
     is left out (its own status already says SecretNotFound or refused)."""
@@ -107,9 +151,9 @@ async def watch_pools(ctx: Context, poster: PoolPoster = _kopf_poster) -> None:
     ctx.doors.pools = found
 
 
-async def scan_once(ctx: Context, now: float, poster: PoolPoster = _kopf_poster) -> None:
+async def scan_once(ctx: Context, now: float, poster: PoolPoster | None = None) -> None:
     if ctx.kube is not None:
-        await watch_pools(ctx, poster)
+        await watch_pools(ctx, poster or api_poster(ctx.kube))
     doors = ctx.doors
     specs = list(doors.seen) + [s for s in doors.pools if s not in doors.seen]
     labels = {(s.kind, second_door.endpoint_hash(s.kind, s.base_url, s.key[1])) for s in specs}
@@ -141,12 +185,14 @@ async def scan_once(ctx: Context, now: float, poster: PoolPoster = _kopf_poster)
         for tenant, what, post in posts:
             doors.foreign[(*label, tenant)] = len(ids)
             if new:
-                post(
+                posted = post(
                     "SecondDoorBatches",
                     f"{len(ids)} batch(es) on this {what}'s {spec.kind} credential were not created by Barge "
                     f"(endpoint {label[1]}): {shown}; their cost is not attributed to any tenant",
                     "Warning",
                 )
+                if inspect.isawaitable(posted):
+                    await posted
         doors.announced(new)
 
 
