@@ -253,6 +253,16 @@ KEYS: tuple[Key, ...] = (
         {"pool": "azure-global-batch", "tenants": ["acme"]},
     ),
     Key(
+        "gateway.prefixes.<tenant>",
+        "storage prefix",
+        "none: the tenant's first storage prefix + `gateway/`",
+        "Where `barge gateway` keeps the tenant's uploaded files and its batches' inputs and outputs: "
+        "`<prefix><namespace>/files/...` ({tenant} and {namespace} placeholders allowed). It must lie under one of "
+        "the tenant's storage prefixes (storage.tenants, else storage.prefixes); otherwise the operator and the "
+        "gateway do not start, naming the key.",
+        "s3://finance-reports/gateway/",
+    ),
+    Key(
         "reconcile.providers.openai.secretRef",
         "{namespace, name, key}",
         "none: no reconciliation",
@@ -267,6 +277,41 @@ KEYS: tuple[Key, ...] = (
         "the provider's",
         "Where its admin API is. The same two keys under reconcile.providers.anthropic for Anthropic.",
         "https://api.openai.com/v1",
+    ),
+    Key(
+        "reconcile.providers.azure-openai.secretRef",
+        "{namespace, name, key}",
+        "none: Azure not reconciled",
+        'The Secret (marked barge.dev/credential: "true") holding the client secret of a service principal with '
+        "Cost Management Reader on `scope` (key defaults to clientSecret). Azure's bill is read from Cost "
+        "Management's query API (daily ActualCost of microsoft.cognitiveservices/accounts, USD only); baseURL "
+        "is the management endpoint (default https://management.azure.com).",
+        {"namespace": "barge-system", "name": "azure-costs", "key": "clientSecret"},
+    ),
+    Key("reconcile.providers.azure-openai.tenantId", "string", "required with Azure", "The Entra ID tenant.", "t-1"),
+    Key("reconcile.providers.azure-openai.clientId", "string", "required with Azure", "The service principal.", "c-1"),
+    Key(
+        "reconcile.providers.azure-openai.scope",
+        "string",
+        "required with Azure",
+        "The Cost Management scope: /subscriptions/<id> or /subscriptions/<id>/resourceGroups/<name> (the "
+        "resource group of the Azure OpenAI resource keeps other resources' cost out).",
+        "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/llm",
+    ),
+    Key(
+        "reconcile.providers.azure-openai.loginURL",
+        "URL",
+        "`https://login.microsoftonline.com`",
+        "Where the service principal's token is asked for (client credentials).",
+        "https://login.microsoftonline.com",
+    ),
+    Key(
+        "reconcile.providers.mistral",
+        "{} (no keys)",
+        "absent",
+        "Accepted, but Mistral's bill cannot be compared per UTC day (its Admin API reports per billing month): the "
+        "operator logs `not available for mistral: <reason>` and exports no difference series for it.",
+        {},
     ),
     Key("reconcile.thresholdUSD", "number (USD)", "`0.01`", "A provider's day differing by more is a mismatch.", 1),
     Key("reconcile.intervalSeconds", "number", "`86400`", "Seconds between comparisons.", 86400),
