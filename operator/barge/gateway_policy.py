@@ -14,6 +14,10 @@ Global Batch today, a vLLM pool tomorrow) in one place.
 |                                             | reaches another tenant's pool                                     |
 | which tenants see an alias?                 | all, or those in `gateway.aliases.m.tenants`                      |
 | neither exists?                             | 400 at create naming what was looked up, never a job that waits   |
+| where does a tenant's uploaded file go?     | `gateway.prefixes.<tenant>` + `<namespace>/` if the admin named   |
+|                                             | one (it must lie under one of the tenant's storage prefixes: the  |
+|                                             | policy is refused at start otherwise), else the tenant's first    |
+|                                             | storage prefix + `gateway/<namespace>/`                           |
 
 Pure and parsed once, like barge/policy.py, which holds it as `Policy.gateway`.
 """
@@ -21,7 +25,7 @@ Pure and parsed once, like barge/policy.py, which holds it as `Policy.gateway`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +44,13 @@ class Alias:
 @dataclass(frozen=True)
 class GatewayPolicy:
     aliases: tuple[tuple[str, Alias], ...] = ()
+    prefixes: tuple[tuple[str, str], ...] = ()
+    """Per tenant, the storage prefix of its gateway files (placeholders {tenant}, {namespace}), ending in /."""
+
+    def prefix_for(self, tenant: str, namespace: str) -> str | None:
+        """The tenant's gateway prefix with its placeholders filled, None when the admin named none."""
+        chosen = dict(self.prefixes).get(tenant)
+        return None if chosen is None else chosen.replace("{namespace}", namespace).replace("{tenant}", tenant)
 
     def candidates(self, tenant: str, model: str) -> tuple[str, ...]:
         """The pool names to look up in the caller's namespace for `model`, in order: the model itself when it can
@@ -73,13 +84,42 @@ def _alias(name: Any, value: Any) -> tuple[str, Alias]:
     return name, Alias(pool, tuple(tenants))
 
 
+def _tenant_prefix(tenant: Any, value: Any) -> tuple[str, str]:
+    where = f"policy gateway.prefixes.{tenant}"
+    if not isinstance(tenant, str) or not _NAME.match(tenant):
+        raise ValueError(f"policy gateway.prefixes: {tenant!r} is not a tenant name (a DNS label)")
+    if not isinstance(value, str) or "://" not in value or not value.split("://", 1)[1].strip("/"):
+        raise ValueError(f"{where} must be a storage prefix such as s3://bucket/gateway/, not {value!r}")
+    if any(part in (".", "..") for part in value.split("://", 1)[1].split("/")):
+        raise ValueError(f"{where}: {value!r} has a . or .. segment")
+    return tenant, value.rstrip("/") + "/"
+
+
+def check_prefixes(policy: GatewayPolicy, storage_of: Callable[[str], tuple[str, ...]]) -> None:
+    """Each gateway.prefixes entry lies under one of its tenant's storage prefixes (`storage_of(tenant)`, placeholders
+    as written, {tenant} filled); else a ValueError naming the key, so the operator and the gateway do not start."""
+    for tenant, prefix in policy.prefixes:
+        allowed = tuple(p.replace("{tenant}", tenant) for p in storage_of(tenant))
+        own = prefix.replace("{tenant}", tenant)
+        if not any(own.startswith(p.rstrip("/") + "/") for p in allowed):
+            raise ValueError(
+                f"policy gateway.prefixes.{tenant}: {prefix!r} is not under one of tenant {tenant}'s storage "
+                f"prefixes {list(allowed)}"
+            )
+
+
 def parse(data: Mapping[str, Any] | None) -> GatewayPolicy:
     """The `gateway` section; unknown keys stop the operator and the gateway (a typo must not drop an alias)."""
     section = dict(data or {})
-    unknown = set(section) - {"aliases"}
+    unknown = set(section) - {"aliases", "prefixes"}
     if unknown:
         raise ValueError(f"policy gateway: unknown key(s) {sorted(unknown)}")
     aliases = section.get("aliases") or {}
     if not isinstance(aliases, Mapping):
         raise ValueError("policy gateway.aliases must be a mapping of model name to pool")
-    return GatewayPolicy(tuple(_alias(k, v) for k, v in aliases.items()))
+    prefixes = section.get("prefixes") or {}
+    if not isinstance(prefixes, Mapping):
+        raise ValueError("policy gateway.prefixes must be a mapping of tenant name to storage prefix")
+    return GatewayPolicy(
+        tuple(_alias(k, v) for k, v in aliases.items()), tuple(_tenant_prefix(k, v) for k, v in prefixes.items())
+    )

@@ -131,7 +131,8 @@ class Policy:
     budgets: budget_policy.BudgetPolicy = budget_policy.DEFAULT
     """Monthly budgets per tenant and namespace (policy section `budgets`, barge/budget_policy.py)."""
     gateway: gateway_policy.GatewayPolicy = gateway_policy.DEFAULT
-    """The admin's model aliases for `barge gateway` (policy section `gateway`, barge/gateway_policy.py)."""
+    """The admin's model aliases and per-tenant file prefixes for `barge gateway` (policy section `gateway`,
+    barge/gateway_policy.py)."""
     reconcile: reconcile_policy.ReconcilePolicy = reconcile_policy.DEFAULT
     """Admin keys for the providers' usage and cost reports (policy section `reconcile`, barge/reconcile_policy.py)."""
 
@@ -483,7 +484,7 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         if not isinstance(entry.get("host"), str):
             raise ValueError(f"policy endpoints.allow entry {item!r}: expected host and optional private")
         allow.append(Endpoint(entry["host"].lower(), bool(entry.get("private", False))))
-    return Policy(
+    policy = Policy(
         storage_prefixes=tuple(prefixes),
         tenant_storage=tuple(tenants),
         ambient_credentials=bool(storage.get("ambientCredentials", False)),
@@ -500,3 +501,6 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         reconcile=reconcile_policy.parse(data.get("reconcile")),
         require_tenant_label=bool(tenancy.get("requireLabel", False)),
     )
+    # a tenant's gateway prefix must lie under its own storage prefixes ({namespace} kept as written)
+    gateway_policy.check_prefixes(policy.gateway, lambda tenant: policy.prefixes_for("{namespace}", tenant))
+    return policy

@@ -216,11 +216,15 @@ def gateway(
         typer.echo(f"barge gateway: {exc}", err=True)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    policy = load_policy(
-        os.environ.get("BARGE_POLICY_FILE"),
-        os.environ.get("BARGE_ALLOWED_FILE_ROOTS", ""),
-        shared_file_roots=os.environ.get("BARGE_SHARED_FILE_ROOTS", "").strip().lower() in ("true", "1", "yes"),
-    )
+    try:
+        policy = load_policy(
+            os.environ.get("BARGE_POLICY_FILE"),
+            os.environ.get("BARGE_ALLOWED_FILE_ROOTS", ""),
+            shared_file_roots=os.environ.get("BARGE_SHARED_FILE_ROOTS", "").strip().lower() in ("true", "1", "yes"),
+        )
+    except ValueError as exc:  # a policy the admin must fix: one line naming the key, not a traceback
+        typer.echo(f"barge gateway: {exc}", err=True)
+        raise typer.Exit(2) from exc
     settings = GatewaySettings(
         audience=audience, max_upload_bytes=max_upload_bytes, max_lines=max_lines, metrics_port=metrics_port
     )

@@ -114,7 +114,8 @@ class Gateway:
         prefixes = self.policy.prefixes_for(caller.namespace, caller.tenant)
         if not prefixes:
             raise HttpError(403, f"the admin's policy gives tenant {caller.tenant!r} no storage prefix for files")
-        root = join(join(prefixes[0], "gateway"), caller.namespace)
+        chosen = self.policy.gateway.prefix_for(caller.tenant, caller.namespace)  # under prefixes (checked at load)
+        root = join(chosen or join(prefixes[0], "gateway"), caller.namespace)
         return files.Place(root, StoragePolicy(prefixes=prefixes, addresses=AddressCheck(self.policy)))
 
     async def pool_for(self, caller: Caller, model: str) -> str:
