@@ -87,7 +87,8 @@ def emulator(
     """Run the local provider emulator (Anthropic, OpenAI and Azure OpenAI batch + sync APIs).
 
     Base URLs: Anthropic SDK http://HOST:PORT, OpenAI SDK http://HOST:PORT/v1, AzureOpenAI azure_endpoint
-    http://HOST:PORT. Any API key works except the literal `invalid`.
+    http://HOST:PORT, Mistral http://HOST:PORT/mistral, Gemini (google-genai http_options base_url)
+    http://HOST:PORT/gemini. Any API key works except the literal `invalid`.
 
     Given vLLM's `serve` flags (--model, --served-model-name, --host, --port, --max-num-seqs, --api-key, and the GPU
     ones, accepted and unused), it stands in for vLLM as --vllm does: `barge emulator` is then a drop-in command for
