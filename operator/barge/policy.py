@@ -69,6 +69,7 @@ PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
     "azure-openai": ("*.openai.azure.com", "*.cognitiveservices.azure.com"),
     "mistral": ("api.mistral.ai",),
     "gemini": ("generativelanguage.googleapis.com",),  # the Gemini API (files, uploads, batches, models)
+    "bedrock": ("*.amazonaws.com",),  # bedrock, bedrock-runtime and s3 of every region (baseURL is usually empty)
     # openai-compatible has no host of its own: its baseURL must be one of the admin's endpoints
 }
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"})

@@ -27,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import boto3  # type: ignore[import-untyped]
 import orjson
@@ -52,6 +54,7 @@ from barge.providers.chat_convert import Unconvertible
 from barge.providers.content import anthropic_output
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient, classify, retry_after
 from barge.providers.errors import sync_failure as failed
+from barge.providers.guard import Allowed
 from barge.providers.upload import LineReader
 
 T = TypeVar("T")
@@ -502,11 +505,33 @@ class _Lines:
         return (record for record, _ in _stripped(self.source))
 
 
-def make_bedrock(secret: str, *, base_url: str = "", timeout: float = 600.0, sync_retries: int = 2) -> BedrockProvider:
+def refused_endpoint(url: str, guard: Allowed) -> str:
+    """Why the endpoint policy refuses `url` (every address its host resolves to is asked), or ""."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, parts.port or 443, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        return f"bedrock: {url} does not resolve ({exc})"
+    refused = sorted({str(i[4][0]) for i in infos if not guard(host, str(i[4][0]))})
+    return f"bedrock: the endpoint policy refuses {host} ({', '.join(refused)})" if refused else ""
+
+
+def make_bedrock(
+    secret: str, *, base_url: str = "", timeout: float = 600.0, sync_retries: int = 2, guard: Allowed | None = None
+) -> BedrockProvider:
     """The adapter with its clients: `base_url` is the endpoint_url of both bedrock and bedrock-runtime (empty:
     the region's); creates retry up to 3 attempts (the same clientRequestToken each time, so never a second job);
-    reads and synchronous calls `sync_retries` times (botocore's standard mode)."""
+    reads and synchronous calls `sync_retries` times (botocore's standard mode). With `guard` (the operator), an
+    endpoint the job names (baseURL, the Secret's s3EndpointURL) is checked against the endpoint policy once, when
+    the client is made: a refused one makes every call Fatal, naming it. boto3's urllib3 connections are not
+    checked again at connect time as the httpx-based SDKs' are (a name re-resolving elsewhere later is not seen)."""
     settings = BedrockSettings.from_secret(secret)
+    if guard is not None and not settings.problem:
+        for url in (base_url, settings.s3_endpoint_url):
+            why = refused_endpoint(url, guard) if url else ""
+            if why:
+                settings = BedrockSettings(problem=why)
     if settings.problem:
         return BedrockProvider(settings, None)
     session = boto3.session.Session(

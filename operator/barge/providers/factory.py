@@ -94,7 +94,7 @@ def make_provider(
     if kind == "bedrock":  # api_key: the Secret's JSON (keys, region, role ARN, S3 prefixes)
         from barge.providers.bedrock_provider import make_bedrock
 
-        return make_bedrock(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries)
+        return make_bedrock(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries, guard=guard)
     if kind == "azure-openai":
         if not base_url:
             raise ValueError("azure-openai needs provider.baseURL: the resource endpoint")
