@@ -55,11 +55,16 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+# Values that render the PrometheusRule with every optional alert group (the barge-gateway group needs the gateway).
+EVERY_ALERT_GROUP = ("metrics.prometheusRule.enabled=true", "gateway.enabled=true")
+
+
 def shipped_runbook_urls() -> dict[str, str]:
     helm = localcluster.build(argocd=False)["helm"]  # argocd is not needed to render the chart
     chart = str(REPO / "charts" / "barge")
+    sets = [arg for value in EVERY_ALERT_GROUP for arg in ("--set", value)]
     out = subprocess.run(
-        [str(helm), "template", "barge", chart, "-n", "barge-system", "--set", "metrics.prometheusRule.enabled=true"],
+        [str(helm), "template", "barge", chart, "-n", "barge-system", *sets],
         capture_output=True,
         text=True,
         check=True,
@@ -67,6 +72,18 @@ def shipped_runbook_urls() -> dict[str, str]:
     (rule,) = [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "PrometheusRule"]
     groups: list[dict[str, Any]] = rule["spec"]["groups"]
     return {r["alert"]: r["annotations"]["runbook_url"] for g in groups for r in g["rules"]}
+
+
+def alerts_in_the_rule_file() -> set[str]:
+    """Every alert of charts/barge/files/alerts.yaml, whichever values render its group."""
+    text = (REPO / "charts" / "barge" / "files" / "alerts.yaml").read_text()
+    return {r["alert"] for g in yaml.safe_load(text)["groups"] for r in g["rules"]}
+
+
+def test_the_rendered_rule_holds_every_alert_of_the_rule_file() -> None:
+    # A group rendered only under a value EVERY_ALERT_GROUP does not set would escape the runbook checks below.
+    assert set(shipped_runbook_urls()) == alerts_in_the_rule_file()
+    assert {"BargeGatewayAbsent", "BargeGatewayErrors"} <= alerts_in_the_rule_file()
 
 
 def runbook_base() -> str:
