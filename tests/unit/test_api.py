@@ -45,6 +45,7 @@ def test_there_is_a_sample_per_provider_type_and_pool_kind() -> None:
         "openai-compatible",
         "mistral",
         "gemini",
+        "bedrock",
         "pool",
     }
     assert any("engine" in p["spec"] for p in pools)
