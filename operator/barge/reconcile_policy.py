@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-PROVIDERS = ("openai", "anthropic", "azure-openai", "mistral")
+PROVIDERS = ("openai", "anthropic", "azure-openai", "mistral", "gemini")
 #: Providers with no daily bill to read (providers/usage_reports.py NOT_AVAILABLE says why): no Secret needed.
-NO_REPORT = ("mistral",)
+NO_REPORT = ("mistral", "gemini")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 

@@ -112,3 +112,13 @@ def test_cached_input_is_not_halved_in_a_batch() -> None:
     assert table.cost("gemini-2.5-flash", usage, batch=False) == Decimal("2.83")
     assert table.cost("gemini-2.5-flash", usage, batch=True) == Decimal("1.43"), "(0.30 + 2.50) / 2 + 0.03"
     assert table.cost("gpt-4o", usage, batch=True) == Decimal("6.875"), "other providers' cache reads are halved"
+
+
+def test_reconciliation_says_why_gemini_has_no_bill_to_compare() -> None:
+    from barge import policy, reconcile_policy
+    from barge.providers import usage_reports
+
+    rules = policy.parse({"reconcile": {"providers": {"gemini": {}}}}).reconcile
+    assert rules.providers == (reconcile_policy.AdminKey("gemini", "", ""),), "no admin key to name"
+    with pytest.raises(usage_reports.NotAvailable, match=r"not available for gemini: .*Cloud Billing"):
+        usage_reports.fetch_days("gemini", "", None, 0, 86400)

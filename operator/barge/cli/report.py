@@ -122,8 +122,8 @@ def report_reconcile(
     provider: Annotated[
         list[str] | None,
         typer.Option(
-            help="openai, anthropic, azure-openai or mistral (repeatable); default: each with an admin key "
-            "(mistral: reported not available)."
+            help="openai, anthropic, azure-openai, mistral or gemini (repeatable); default: each with an admin key "
+            "(mistral, gemini: reported not available)."
         ),
     ] = None,
     openai_admin_key: Annotated[
@@ -157,7 +157,7 @@ def report_reconcile(
 ) -> None:
     """Barge's ledger against the provider's own cost report, per provider and UTC day: Barge's cost, the
     provider's, the difference. Exit code 1 when a day differs by more than --threshold. A provider whose bill
-    cannot be read per day (mistral) is named on stderr as `not available for <provider>: <reason>`."""
+    cannot be read per day (mistral, gemini) is named on stderr as `not available for <provider>: <reason>`."""
     from decimal import Decimal
 
     from barge.batch import prices
@@ -177,7 +177,7 @@ def report_reconcile(
         if p in usage_reports.NOT_AVAILABLE:
             continue
         if p not in keys:
-            raise typer.BadParameter(f"--provider {p!r}: openai, anthropic, azure-openai or mistral")
+            raise typer.BadParameter(f"--provider {p!r}: openai, anthropic, azure-openai, mistral or gemini")
         if not keys[p][0]:
             flag = (
                 "--azure-client-secret or AZURE_CLIENT_SECRET"

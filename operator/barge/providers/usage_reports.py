@@ -7,6 +7,7 @@
 |           | (generic get; amounts in cents)         | (service_tier batch vs standard)                    |
 | azure-openai | Cost Management Query, daily ActualCost (azure_costs.py, plain HTTP) | none: meters, not tokens |
 | mistral   | not available (NOT_AVAILABLE says why)  |                                                     |
+| gemini    | not available (NOT_AVAILABLE says why)  |                                                     |
 
 Both are read per UTC day (bucket_width 1d), every page. The pinned openai SDK has an admin client
 (`client.admin.organization.usage`); the pinned anthropic SDK has only its beta analytics reports, so the
@@ -30,6 +31,8 @@ DAY = 86400
 NOT_AVAILABLE = {
     "mistral": "Mistral's Admin API (GET /api/admin/usage, beta, Enterprise plans only) reports cost per billing "
     "month, not per UTC day, and its per-model fields are not published; Barge compares per day",
+    "gemini": "the Gemini API has no usage or cost report of its own: Google bills it through Cloud Billing "
+    "(a project's BigQuery billing export), which an API key cannot read",
 }
 
 
