@@ -313,6 +313,14 @@ KEYS: tuple[Key, ...] = (
         "operator logs `not available for mistral: <reason>` and exports no difference series for it.",
         {},
     ),
+    Key(
+        "reconcile.providers.gemini",
+        "{} (no keys)",
+        "absent",
+        "Accepted, but the Gemini API has no bill of its own to compare (Google bills it through Cloud Billing): the "
+        "operator logs `not available for gemini: <reason>` and exports no difference series for it.",
+        {},
+    ),
     Key("reconcile.thresholdUSD", "number (USD)", "`0.01`", "A provider's day differing by more is a mismatch.", 1),
     Key("reconcile.intervalSeconds", "number", "`86400`", "Seconds between comparisons.", 86400),
     Key("reconcile.days", "integer (1..31)", "`3`", "Complete UTC days compared each time, ending yesterday.", 3),
