@@ -103,6 +103,15 @@ async def test_a_refused_service_principal_is_an_error_naming_azure(start_emulat
     assert "AZURE_COST_SCOPE" in err2
 
 
+def test_azure_is_compared_by_default_only_with_a_scope(start_emulator: Factory, tmp_path: Path) -> None:
+    emu = start_emulator()
+    Ledger(str(tmp_path / "ledger.db")).close()
+    code, out, _ = reconcile(emu, str(tmp_path / "ledger.db"), "--azure-scope", "")  # AZURE_CLIENT_SECRET only
+    assert code == 2  # nothing to compare: the secret alone may be azure-identity's, for storage
+    code, out, err = reconcile(emu, str(tmp_path / "ledger.db"), "--format", "csv")
+    assert (code, rows(out)) == (0, []), err  # secret and scope: Azure compared (an empty day on both sides)
+
+
 def test_mistral_is_reported_not_available_never_zero(start_emulator: Factory, tmp_path: Path) -> None:
     emu = start_emulator()
     Ledger(str(tmp_path / "ledger.db")).close()

@@ -172,7 +172,8 @@ def report_reconcile(
         "anthropic": (anthropic_admin_key, anthropic_base_url),
         "azure-openai": (azure_client_secret, azure_management_url),
     }
-    chosen = provider or [p for p, (key, _) in keys.items() if key]
+    # AZURE_CLIENT_SECRET alone is also azure-identity's (storage): Azure is compared by default with a scope only
+    chosen = provider or [p for p, (key, _) in keys.items() if key and (p != "azure-openai" or azure_scope)]
     for p in chosen:
         if p in usage_reports.NOT_AVAILABLE:
             continue
