@@ -30,7 +30,7 @@ DAY = 86400
 #: (`not available for <provider>: <reason>`) and exports no difference for them, never a silent 0.
 NOT_AVAILABLE = {
     "mistral": "Mistral's Admin API (GET /api/admin/usage, beta, Enterprise plans only) reports cost per billing "
-    "month, not per UTC day, and its per-model fields are not published; Barge compares per day",
+    "month (month and year), not per UTC day; Barge compares per day",
     "gemini": "the Gemini API has no usage or cost report of its own: Google bills it through Cloud Billing "
     "(a project's BigQuery billing export), which an API key cannot read",
 }
