@@ -12,7 +12,8 @@ from barge import policy as p
 from barge.netguard import AddressCheck
 from barge.providers import Fatal, Outcome, Request, make_provider
 from barge.providers.bedrock_encoding import encode_bedrock
-from barge.providers.bedrock_provider import BedrockSettings, metadata_of, parse_line
+from barge.providers.bedrock_provider import metadata_of, parse_line
+from barge.providers.bedrock_settings import BedrockSettings
 from barge.providers.chat_convert import Unconvertible
 
 GOOD = {
