@@ -18,7 +18,9 @@ routed by the engine as missing, and retried).
 
 from __future__ import annotations
 
+import itertools
 import json
+import weakref
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +41,9 @@ from barge.emulator.core import (
 )
 
 PREFIX = "/gemini"
+#: Upload sessions in progress, per emulator store (a session's bytes until its `upload, finalize`).
+UPLOADS: weakref.WeakKeyDictionary[Store, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+_UPLOAD_IDS = itertools.count(1)
 VERSIONS = ("v1", "v1beta")
 MAX_FILE_BYTES = 2 * 1024 * 1024 * 1024  # the Files API's 2 GB
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
@@ -117,7 +122,7 @@ async def upload(request: web.Request) -> web.Response:
     version = _version(request)
     if version is None:
         return error(404, "unknown API version")
-    sessions: dict[str, dict[str, Any]] = store.files.setdefault("_gemini_uploads", {"kind": "uploads"})
+    sessions = UPLOADS.setdefault(store, {})
     upload_id = request.query.get("upload_id")
     command = request.headers.get("X-Goog-Upload-Command", "")
     if upload_id is None:
@@ -132,7 +137,7 @@ async def upload(request: web.Request) -> web.Response:
             return error(400, f"files are limited to {MAX_FILE_BYTES} bytes")
         file = meta.get("file") if isinstance(meta, dict) else None
         file = file if isinstance(file, dict) else {}
-        upload_id = f"{store.instance}{len(sessions)}"
+        upload_id = f"{store.instance}-{next(_UPLOAD_IDS)}"
         sessions[upload_id] = {"size": size, "data": bytearray(), "file": file}
         url = f"{request.scheme}://{request.host}{request.path}?upload_id={upload_id}&upload_protocol=resumable"
         return web.json_response({}, headers={"X-Goog-Upload-URL": url, "X-Goog-Upload-Status": "active"})
@@ -396,7 +401,7 @@ async def files_get(request: web.Request) -> web.StreamResponse:
     file_id, _, method = request.match_info["rest"].partition(":")
     name = f"files/{file_id}"
     meta = store.files.get(name)
-    if meta is None or meta.get("kind") == "uploads":
+    if meta is None:
         return error(404, f"File {name} not found")
     if not method:
         return web.json_response(_file_json(name, meta))
@@ -415,10 +420,8 @@ async def files_delete(request: web.Request) -> web.Response:
     fault = store.delete_fault()
     if fault is not None:
         return error(fault[0], fault[1])
-    meta = store.files.get(name)
-    if meta is None or meta.get("kind") == "uploads":
+    if store.files.pop(name, None) is None:
         return error(404, f"File {name} not found")
-    del store.files[name]
     store.deleted_files.add(name)
     return web.json_response({})
 
