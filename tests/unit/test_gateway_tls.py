@@ -1,7 +1,11 @@
-"""gateway/tls.py: the server context from --tls-cert/--tls-key, and every bad pair refused at start naming it."""
+"""gateway/tls.py: the server context from --tls-cert/--tls-key, every bad pair refused at start naming it, and a
+renewed pair served to new connections (real TLS handshakes on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
 import ssl
 from pathlib import Path
 
@@ -9,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from barge.cli.main import app
-from barge.gateway.tls import TLSConfigError, server_context
-from tests.tls_certs import make_certs
+from barge.gateway.tls import TLSConfigError, server_context, server_tls
+from tests.tls_certs import Certs, make_certs
 
 
 def test_no_flags_is_plain_http() -> None:
@@ -54,3 +58,67 @@ def test_the_cli_stops_before_serving_naming_the_missing_flag(tmp_path: Path) ->
     result = CliRunner().invoke(app, ["gateway", "--port", "1", "--tls-cert", str(certs.cert)])
     assert result.exit_code == 2
     assert "--tls-cert needs --tls-key" in result.output
+
+
+async def _served_by(context: ssl.SSLContext, ca: Path) -> bool:
+    """Whether a client trusting only `ca` completes a handshake with a server holding `context` right now."""
+
+    async def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client = ssl.create_default_context(cafile=str(ca))
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        except ssl.SSLCertVerificationError:
+            return False
+        writer.close()
+        return True
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _replace(target: Certs, source: Certs, *, cert: bool = True, key: bool = True) -> None:
+    """As a Secret volume does: the new file renamed over the old one (a new inode)."""
+    for wanted, src, dst in ((cert, source.cert, target.cert), (key, source.key, target.key)):
+        if wanted:
+            staged = dst.with_suffix(".new")
+            shutil.copyfile(src, staged)
+            os.replace(staged, dst)
+
+
+async def test_a_renewed_pair_is_served_to_new_connections_and_a_half_written_one_keeps_the_old(
+    tmp_path: Path,
+) -> None:
+    served, renewed = make_certs(tmp_path / "served"), make_certs(tmp_path / "renewed")
+    tls = server_tls(served.cert, served.key)
+    assert tls is not None
+    assert not tls.reload_if_changed()  # nothing changed since the start
+    assert await _served_by(tls.context, served.ca)
+    _replace(served, renewed, key=False)  # the certificate renewed, its key not yet written
+    assert not tls.reload_if_changed()
+    assert await _served_by(tls.context, served.ca)  # the old pair goes on serving
+    _replace(served, renewed, cert=False)
+    assert tls.reload_if_changed()
+    assert await _served_by(tls.context, renewed.ca)
+    assert not await _served_by(tls.context, served.ca)
+    assert not tls.reload_if_changed()
+
+
+async def test_the_watch_picks_up_a_renewal_by_itself(tmp_path: Path) -> None:
+    served, renewed = make_certs(tmp_path / "served"), make_certs(tmp_path / "renewed")
+    tls = server_tls(served.cert, served.key)
+    assert tls is not None
+    watching = asyncio.create_task(tls.watch(interval=0.05))
+    try:
+        _replace(served, renewed)
+        for _ in range(200):
+            if await _served_by(tls.context, renewed.ca):
+                break
+            await asyncio.sleep(0.05)
+        assert await _served_by(tls.context, renewed.ca)
+    finally:
+        watching.cancel()

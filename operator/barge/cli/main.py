@@ -209,10 +209,10 @@ def gateway(
     from barge.config import load_policy
     from barge.gateway.app import serve
     from barge.gateway.server import GatewaySettings
-    from barge.gateway.tls import TLSConfigError, server_context
+    from barge.gateway.tls import TLSConfigError, server_tls
 
     try:
-        ssl_context = server_context(tls_cert, tls_key)
+        tls = server_tls(tls_cert, tls_key)
     except TLSConfigError as exc:
         typer.echo(f"barge gateway: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -229,7 +229,7 @@ def gateway(
     settings = GatewaySettings(
         audience=audience, max_upload_bytes=max_upload_bytes, max_lines=max_lines, metrics_port=metrics_port
     )
-    serve(host, port, policy, settings, ssl_context)
+    serve(host, port, policy, settings, tls)
 
 
 @app.command()

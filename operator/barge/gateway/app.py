@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import ssl
+import asyncio
+import contextlib
 
 from aiohttp import web
 
 from barge.gateway.anthropic_api import MessageBatches
 from barge.gateway.metrics import GatewayMetrics
 from barge.gateway.server import Gateway, GatewaySettings
+from barge.gateway.tls import ServerTLS
 from barge.operator.kube import Kube
 from barge.policy import Policy
 
@@ -23,13 +25,16 @@ def make_app(
     settings: GatewaySettings,
     metrics: GatewayMetrics | None = None,
     host: str = "127.0.0.1",
+    tls: ServerTLS | None = None,
 ) -> web.Application:
-    """The callers' application; with `settings.metrics_port` it also starts the /metrics server on that port."""
+    """The callers' application; with `settings.metrics_port` it also starts the /metrics server on that port, with
+    `tls` it watches the certificate files for a renewal (gateway/tls.py)."""
     gateway = Gateway(kube, policy, settings)
     counted = metrics or GatewayMetrics()
     app = web.Application(client_max_size=settings.max_upload_bytes + (1 << 20), middlewares=[counted.middleware()])
     app.add_routes([web.get("/healthz", healthz), *gateway.routes(), *MessageBatches(gateway).routes()])
     runners: list[web.AppRunner] = []
+    watchers: list[asyncio.Task[None]] = []
 
     async def start_metrics(_: web.Application) -> None:
         if settings.metrics_port:
@@ -37,8 +42,14 @@ def make_app(
             await runner.setup()
             await web.TCPSite(runner, host, settings.metrics_port).start()
             runners.append(runner)
+        if tls is not None:
+            watchers.append(asyncio.create_task(tls.watch()))
 
     async def close(_: web.Application) -> None:
+        for task in watchers:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for runner in runners:
             await runner.cleanup()
         await kube.close()
@@ -48,9 +59,7 @@ def make_app(
     return app
 
 
-def serve(
-    host: str, port: int, policy: Policy, settings: GatewaySettings, ssl_context: ssl.SSLContext | None = None
-) -> None:
-    """Serve the callers' port, over HTTPS with `ssl_context` (gateway/tls.py); the metrics port stays HTTP."""
-    app = make_app(Kube(), policy, settings, host=host)
-    web.run_app(app, host=host, port=port, ssl_context=ssl_context, print=None)
+def serve(host: str, port: int, policy: Policy, settings: GatewaySettings, tls: ServerTLS | None = None) -> None:
+    """Serve the callers' port, over HTTPS with `tls` (gateway/tls.py); the metrics port stays HTTP."""
+    app = make_app(Kube(), policy, settings, host=host, tls=tls)
+    web.run_app(app, host=host, port=port, ssl_context=tls.context if tls else None, print=None)
