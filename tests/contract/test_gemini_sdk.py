@@ -82,3 +82,15 @@ async def test_metadata_rides_in_the_display_name_and_the_listing_is_newest_firs
     assert len(state(emu)["batches"]) == 2
     await raw.aio.aclose()
     await p.close()
+
+
+async def test_a_failed_batch_has_no_results_and_names_no_error_the_sdk_dropped(start_emulator: Factory) -> None:
+    emu = start_emulator()
+    p = provider(emu.url)
+    line = p.encode(Request("twice", MODEL, "hello", 16))
+    info = await p.create_batch([line, line], {})  # the same key twice: the input is refused
+    done = await ended(p, info.id)
+    assert done.status == "JOB_STATE_FAILED"
+    assert done.errors == [], "the SDK's Developer-API BatchJob drops the operation's error: the engine retries"
+    assert [r async for r in p.results(info.id)] == []
+    await p.close()

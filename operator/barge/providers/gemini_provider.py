@@ -58,6 +58,7 @@ LINE_OUTCOMES = {"CANCELLED": Outcome.CANCELED, "DEADLINE_EXCEEDED": Outcome.EXP
 RPC_HTTP = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400, "NOT_FOUND": 404}
 RPC_HTTP |= {"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429, "ABORTED": 409}
 RPC_HTTP |= {"INTERNAL": 500, "UNAVAILABLE": 503, "UNKNOWN": 500, "DATA_LOSS": 500}
+RPC_INVALID = {3: "INVALID_ARGUMENT", 5: "NOT_FOUND", 9: "FAILED_PRECONDITION", 11: "OUT_OF_RANGE"}
 RETRIED_STATUSES = [408, 429, 500, 502, 503, 504]
 #: The most batches `list_recent` reads to sort them newest first (100 pages; Barge's own are deleted by retention).
 MAX_LISTED = 10_000
@@ -123,7 +124,10 @@ def _state(job: types.BatchJob) -> str:
 
 def _info(job: types.BatchJob) -> BatchInfo:
     status = _state(job)
-    error = [{"message": job.error.message, "code": job.error.code}] if job.error else []
+    code = job.error.code if job.error else None
+    # Only a batch refused for its input is failed as invalid (ingest.py); one failed for any other reason (or
+    # for none the SDK says: its Developer-API BatchJob drops the operation's error) has its requests retried.
+    error = [{"message": job.error.message, "code": RPC_INVALID[code]}] if job.error and code in RPC_INVALID else []
     created = job.create_time or datetime.now(UTC)
     return BatchInfo(str(job.name), status, status in ENDED, created, None, _metadata(job.display_name), error)
 
