@@ -1,0 +1,76 @@
+"""type bedrock end to end: `barge operator` on a local control plane of this module's own, a job through Amazon
+Bedrock batch inference with the real boto3 against `barge emulator`'s /bedrock endpoints, the records and results
+in moto's S3 server; the operator SIGKILLed by the after-create failpoint (Bedrock created the model invocation job,
+the ledger never recorded it), restarted: the orphan adopted by its name, one job per shard, every item once, the
+job Succeeded. The Secret holds the JSON a bedrock job's Secret holds (keys, region, roleArn, S3 prefixes)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from tools.localcluster import Cluster
+
+from barge.emulator import bedrock_api
+from barge.emulator.server import EmulatorThread
+from tests.conftest import state
+from tests.contract.bedrock_case import s3_endpoint
+from tests.contract.bedrock_case import secret as bedrock_secret
+from tests.e2e.conftest import Operator, credential_secret, own_control_plane, wait_for
+from tests.e2e.test_operator import apply, assert_one_batch_per_shard, job_manifest, phase_is, status
+
+pytestmark = pytest.mark.cluster
+
+MODEL = "anthropic.claude-haiku-4-5-20251001-v1:0"
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with own_control_plane(tmp_path_factory.mktemp("bedrock") / "cluster") as cluster:
+        yield cluster
+
+
+def start(op: Operator) -> None:
+    """120 s to answer /healthz (a fresh process's imports alone took longer than 30 s on a loaded machine)."""
+    with contextlib.suppress(TimeoutError):
+        op.start()
+    wait_for(op.healthy, 120, "operator /healthz")
+
+
+def test_kill_9_between_create_and_record_then_restart_keeps_one_job_per_shard(
+    own_cluster: Cluster,
+    tmp_path: Path,
+    start_emulator: Callable[..., EmulatorThread],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(bedrock_api.S3_ENV, s3_endpoint())  # the emulator (this process) reads and writes moto's S3
+    emu = start_emulator({"batch": {"processingSeconds": 3}})  # Bedrock's default minimum: 100 records per job
+    namespace = "crash-bedrock"
+    own_cluster.run_kubectl("create", "namespace", namespace)
+    credential_secret(
+        own_cluster, namespace, "bedrock", {"bedrock.json": bedrock_secret(prefix=namespace, min_records=100)}
+    )
+    doc = yaml.safe_load(job_manifest("crashy", emu.url + "/bedrock", tmp_path, n=800))
+    doc["spec"]["provider"].update(
+        {"type": "bedrock", "model": MODEL, "secretRef": {"name": "bedrock", "key": "bedrock.json"}}
+    )
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env={"BARGE_FAILPOINT": "after-create"})
+    start(op)
+    try:
+        apply(own_cluster, namespace, yaml.safe_dump(doc))
+        assert op.proc is not None
+        wait_for(lambda: op.proc is not None and op.proc.poll() is not None, 60, "the failpoint's kill -9")
+        assert op.proc.returncode == -9, op.output()[-2000:]
+        assert len(state(emu)["batches"]) == 1, "created at Bedrock, not recorded: the orphan"
+        op.extra_env.pop("BARGE_FAILPOINT")
+        start(op)
+        wait_for(phase_is(own_cluster, namespace, "crashy", "Succeeded"), 180, "Succeeded after the restart")
+    finally:
+        op.stop()
+    assert_one_batch_per_shard(emu, items=800, shards=4)  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)
+    st = status(own_cluster, namespace, "crashy")
+    assert st["counts"]["succeeded"] + st["counts"]["refused"] + st["counts"]["invalid"] + st["counts"]["failed"] == 800
+    assert st["counts"]["invalid"] == 0
