@@ -88,7 +88,10 @@ def emulator(
 
     Base URLs: Anthropic SDK http://HOST:PORT, OpenAI SDK http://HOST:PORT/v1, AzureOpenAI azure_endpoint
     http://HOST:PORT, Mistral http://HOST:PORT/mistral, Gemini (google-genai http_options base_url)
-    http://HOST:PORT/gemini. Any API key works except the literal `invalid`.
+    http://HOST:PORT/gemini, Bedrock (boto3 endpoint_url of bedrock and bedrock-runtime) http://HOST:PORT/bedrock.
+    Any API key works except the literal `invalid`. Bedrock's records and results live in a real S3 at
+    BARGE_EMULATOR_S3_ENDPOINT (moto's server); BARGE_EMULATOR_BEDROCK_MIN_RECORDS is its minimum records per job
+    (default 100).
 
     Given vLLM's `serve` flags (--model, --served-model-name, --host, --port, --max-num-seqs, --api-key, and the GPU
     ones, accepted and unused), it stands in for vLLM as --vllm does: `barge emulator` is then a drop-in command for
