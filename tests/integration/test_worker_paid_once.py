@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from redis import asyncio as aioredis
 
@@ -143,8 +145,9 @@ async def test_sigterm_finishes_the_call_in_flight_and_calls_nothing_more(
 
 
 async def test_a_live_replicas_call_is_never_claimed_by_another(
-    redis_url: str, start_emulator: Factory, tmp_path: Path
+    redis_url: str, start_emulator: Factory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "barge.worker")
     stream = f"s-{uuid.uuid4().hex[:8]}"
     emu = start_emulator({"sync": {"latencyMs": 3000}})  # a slow answer: longer than the claim's idle time
     await push(redis_url, stream, {"correlationId": "slow-1", "payload": {"text": "slow"}})
@@ -160,6 +163,8 @@ async def test_a_live_replicas_call_is_never_claimed_by_another(
         await w.queue.close()
     assert calls_arrived(emu) == 1, "another replica claimed the in-flight message and paid for it again"
     assert (calling.model_calls, other.model_calls) == (1, 0)
+    # held: re-claimed by its replica while in flight, so the other never even received it (no lease was needed)
+    assert not [r.message for r in caplog.records if "is being answered by" in r.message]
     assert json.loads((tmp_path / "out" / "slow-1.json").read_text())["status"] == "succeeded"
     assert await pending(redis_url, stream) == 0
     assert not await dead_letters(redis_url, stream)

@@ -50,8 +50,8 @@ STREAM = "docs-in"
 RPM = 300  # the provider's quota, and the pool's: 300 / 60 per replica = a cap of 5
 LOWER_RPM = 180  # mid-run: a cap of 3
 BACKLOG = 240
-QUIET_EVENTS = {"Scheduled", "Pulled", "Created", "Started", "SuccessfulCreate", "SuccessfulDelete", "Killing"}
-"""Every worker Pod has these; the rest (Evicted, BackOff, OOMKilling, FailedKillPod ...) is printed."""
+QUIET_EVENTS = {"Scheduled", "Pulled", "Created", "Started", "Killing", "MissingClusterDNS"}
+"""Every worker Pod has these here; the rest (Evicted, BackOff, OOMKilling, FailedKillPod ...) is printed."""
 
 
 def _pool(emulator_port: int, redis_address: str, data: str, rpm: int) -> dict[str, Any]:
@@ -264,7 +264,9 @@ def test_keda_scales_barges_worker_pods_to_the_quota_cap_and_back_to_zero(
         events = [
             f"{e['reason']} {e['involvedObject']['name']}: {e.get('message', '')}"
             for e in get_json(node, "-n", NS, "events")["items"]
-            if e["involvedObject"]["name"].startswith(DEPLOYMENT) and e["reason"] not in QUIET_EVENTS
+            if e["involvedObject"]["kind"] == "Pod"
+            and e["involvedObject"]["name"].startswith(DEPLOYMENT)
+            and e["reason"] not in QUIET_EVENTS
         ]
         print(f"worker Pod events: {events}")
         print(f"dead letters: {[fields for _, fields in cast(Any, r.xrange(f'{STREAM}:dead'))]}")

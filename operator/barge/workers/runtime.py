@@ -326,7 +326,10 @@ class Worker:
             if not acquire.done():
                 acquire.cancel()
             self.metrics.waits.inc(self.limiter.waited - before)
-        return acquire.done() and not acquire.cancelled()
+        if not acquire.done() or acquire.cancelled():
+            return False
+        acquire.result()  # the limiter's own error, if any, is this message's
+        return True
 
     async def _call(self, message: Message, envelope: dict[str, Any], request: Request, key: str, tenant: str) -> str:
         correlation_id = request.custom_id
