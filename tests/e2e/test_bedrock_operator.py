@@ -58,6 +58,8 @@ def test_kill_9_between_create_and_record_then_restart_keeps_one_job_per_shard(
         {"type": "bedrock", "model": MODEL, "secretRef": {"name": "bedrock", "key": "bedrock.json"}}
     )
     op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env={"BARGE_FAILPOINT": "after-create"})
+    # the Secret's S3 prefixes are storage: admitted only under the tenant's storage prefixes
+    op.policy_sections = {"storage": {"prefixes": [f"file://{op.workdir}/", f"s3://barge-bedrock/{namespace}/"]}}
     start(op)
     try:
         apply(own_cluster, namespace, yaml.safe_dump(doc))

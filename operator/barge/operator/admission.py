@@ -20,6 +20,7 @@ from barge.api.common import LocalObjectRef
 from barge.api.pool import InferencePool
 from barge.k8s.workers import WorkerTenancy
 from barge.netguard import AddressCheck
+from barge.operator.bedrock_admission import check_bedrock
 from barge.operator.cache import TTL_SECONDS, TTLCache
 from barge.operator.kube import Kube, NotFound
 from barge.policy import (
@@ -115,6 +116,7 @@ async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpe
     prefixes = policy.prefixes_for(namespace, team)
     if spec.provider.type != "pool":
         await check_base_url(policy, spec.provider.type, spec.provider.base_url)
+    await check_bedrock(kube, policy, namespace, spec, prefixes, check_base_url)  # its S3 prefixes, in its Secret
     if spec.input.url is not None:
         input_storage = await _storage(
             kube, policy, namespace, prefixes, spec.input.url, spec.input.credentials_secret_ref
