@@ -11,7 +11,7 @@ import pytest
 from barge import policy as p
 from barge.netguard import AddressCheck
 from barge.providers import Fatal, Outcome, Request, make_provider
-from barge.providers.bedrock_encoding import encode_bedrock
+from barge.providers.bedrock_encoding import encode_bedrock, model_input
 from barge.providers.bedrock_provider import metadata_of, parse_line
 from barge.providers.bedrock_settings import BedrockSettings
 from barge.providers.chat_convert import Unconvertible
@@ -107,3 +107,12 @@ def test_usage_out_of_range_is_unreadable_not_billed() -> None:
     parsed = parse_line({"recordId": "a", "modelOutput": {"content": [], "usage": {"input_tokens": -5}}})
     assert parsed[1] is Outcome.TRANSIENT
     assert parsed[3] == 0
+
+
+def test_batch_records_carry_no_cache_marker_and_sync_calls_no_ttl() -> None:
+    request = Request("c1", "anthropic.claude-haiku-4-5-20251001-v1:0", "hi", 9, system="S", cache_system=True)
+    record = json.loads(encode_bedrock(request))["modelInput"]
+    assert record["system"] == [{"type": "text", "text": "S"}]
+    assert model_input(request, batch=False)["system"] == [
+        {"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}
+    ]

@@ -26,7 +26,21 @@ def is_claude(model: str) -> bool:
     return model.startswith(CLAUDE_PREFIXES) or (":inference-profile/" in model and ".anthropic." in model)
 
 
-def model_input(request: Request) -> dict[str, Any]:
+def _blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The content blocks of the system prompt and the messages (where cache_control can be)."""
+    found = [b for b in body.get("system") or [] if isinstance(b, dict)] if isinstance(body.get("system"), list) else []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            found += [b for b in content if isinstance(b, dict)]
+    return found
+
+
+def model_input(request: Request, *, batch: bool = True) -> dict[str, Any]:
+    """The InvokeModel body. Prompt caching: a batch record carries no cache_control (Bedrock's batch reads no prompt
+    cache [3P], and a marker could only fail a record); a synchronous call keeps the markers with Bedrock's default
+    5-minute TTL (the 1 h `ttl` Barge asks of Anthropic is not sent: whether each Bedrock model takes it is not
+    known here)."""
     if not is_claude(request.model):
         raise Unconvertible(
             f"bedrock: Barge sends Anthropic Claude models on Bedrock (model ids anthropic.* or an inference profile "
@@ -34,6 +48,12 @@ def model_input(request: Request) -> dict[str, Any]:
         )
     body = anthropic_params(request)
     body.pop("model", None)
+    for block in _blocks(body):
+        marker = block.get("cache_control")
+        if batch:
+            block.pop("cache_control", None)
+        elif isinstance(marker, dict):
+            block["cache_control"] = {k: v for k, v in marker.items() if k != "ttl"}
     return {"anthropic_version": ANTHROPIC_VERSION, **body}
 
 

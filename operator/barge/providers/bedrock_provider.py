@@ -338,7 +338,7 @@ class BedrockProvider:
 
     async def complete(self, request: Request) -> Result:
         try:
-            body = orjson.dumps(model_input(request))
+            body = orjson.dumps(model_input(request, batch=False))
         except Unconvertible as exc:
             return Result(request.custom_id, Outcome.INVALID, error_type="invalid_request", message=str(exc)[:300])
         try:
