@@ -16,6 +16,7 @@ from barge.batch import prices
 from barge.batch.job import EngineSettings
 from barge.batch.runner import JobRunner
 from barge.emulator import bedrock_api
+from barge.emulator.core import REPLY_PREFIX
 from barge.ledger import Ledger
 from barge.providers import Invalid, Outcome, Request, make_provider
 from barge.providers.bedrock_provider import BedrockProvider
@@ -156,3 +157,27 @@ async def test_a_job_under_the_minimum_runs_on_the_synchronous_path(
         "30 pending requests, under bedrock's minimum of 100 per batch: sent through the synchronous path"
     ]
     assert snap.counts["viaFallback"] == 30
+
+
+async def test_other_models_run_in_the_converse_format(start_emulator: Factory, emulator_s3: str) -> None:
+    """Amazon Nova (any non-Claude model): records and the job in Bedrock's Converse format, the fallback through
+    bedrock-runtime Converse."""
+    emu = start_emulator({"batch": {"outcomes": {"refusal": 0.1}}})
+    p = provider(emu.url, "converse")
+    nova = [Request(f"n-{i:04d}", "amazon.nova-lite-v1:0", f"item {i}", 32, system="Summarise.") for i in range(100)]
+    info = await create(p, nova)
+    assert p._clients["bedrock"].get_model_invocation_job(jobIdentifier=info.id)["modelInvocationType"] == "Converse"
+    await wait_ended(p, info.id)
+    got = {r.custom_id: r for r in await results(p, info.id)}
+    assert len(got) == 100
+    ok = [r for r in got.values() if r.outcome is Outcome.SUCCEEDED]
+    assert ok
+    assert all(r.text == f"{REPLY_PREFIX}item {int(r.custom_id[2:])}" for r in ok)
+    assert all(r.usage.input_tokens > 0 and r.usage.output_tokens > 0 for r in ok)
+    assert {r.outcome for r in got.values()} == {Outcome.SUCCEEDED, Outcome.REFUSED}
+    sync = await p.complete(nova[7])
+    assert sync.outcome is Outcome.SUCCEEDED
+    assert sync.text == f"{REPLY_PREFIX}item 7"
+    assert sync.usage.input_tokens > 0
+    assert (await p.complete(Request("x", "amazon.nova-lite-v1:0", "u", max_tokens=0))).outcome is Outcome.INVALID
+    await p.close()

@@ -62,8 +62,14 @@ def test_records_carry_the_anthropic_body_for_bedrock_and_other_models_are_refus
         "messages": [{"role": "user", "content": "hi"}],
         "system": "S",
     }
-    with pytest.raises(Unconvertible, match="Anthropic Claude models"):
-        encode_bedrock(Request("c1", "meta.llama3-70b-instruct-v1:0", "hi", 9))
+    llama = Request("c1", "meta.llama3-3-70b-instruct-v1:0", "hi", 9, system="S", params={"temperature": 0.2})
+    assert json.loads(encode_bedrock(llama))["modelInput"] == {  # every other model: the Converse format
+        "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+        "system": [{"text": "S"}],
+        "inferenceConfig": {"maxTokens": 9, "temperature": 0.2},
+    }
+    with pytest.raises(Unconvertible, match="Converse format"):
+        encode_bedrock(Request("c1", "amazon.nova-lite-v1:0", '{"messages": []}', 9, passthrough=True))
 
 
 def test_job_names_carry_the_job_tag_and_shard() -> None:
@@ -96,6 +102,26 @@ def test_job_names_carry_the_job_tag_and_shard() -> None:
         ({"recordId": "a", "error": {"errorCode": 429, "errorMessage": "slow"}}, Outcome.TRANSIENT, "bedrock_429"),
         ({"recordId": "a", "error": {"errorCode": 500, "errorMessage": "x"}}, Outcome.TRANSIENT, "bedrock_500"),
         ({"recordId": "a"}, Outcome.TRANSIENT, "bedrock_500"),
+        (
+            {
+                "recordId": "a",
+                "modelOutput": {
+                    "output": {"message": {"content": [{"text": "ok"}]}},
+                    "stopReason": "end_turn",
+                    "usage": {"inputTokens": 3, "outputTokens": 2},
+                },
+            },
+            Outcome.SUCCEEDED,
+            "",
+        ),
+        (
+            {
+                "recordId": "a",
+                "modelOutput": {"output": {"message": {"content": []}}, "stopReason": "content_filtered", "usage": {}},
+            },
+            Outcome.REFUSED,
+            "refusal",
+        ),
     ],
 )
 def test_output_lines_are_routed(line: dict[str, object], outcome: Outcome, error_type: str) -> None:

@@ -101,7 +101,39 @@ def _min_records() -> int:
     return int(os.environ.get(MIN_RECORDS_ENV, "100"))
 
 
-def _records(data: bytes, model: str) -> tuple[list[Item], str]:
+def _texts(blocks: Any) -> str:
+    return "".join(str(b.get("text") or "") for b in blocks if isinstance(b, dict)) if isinstance(blocks, list) else ""
+
+
+def converse_item(custom_id: str, body: dict[str, Any], model: str, line: int = 0) -> Item:
+    """A Converse body (messages of content blocks, system blocks, inferenceConfig.maxTokens) as an Item."""
+    messages = body.get("messages")
+    raw = body.get("inferenceConfig")
+    config: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    chat = [{"role": m.get("role"), "content": _texts(m.get("content"))} for m in messages or [] if isinstance(m, dict)]
+    params: dict[str, Any] = {"model": model, "messages": chat}
+    if body.get("system"):
+        params["system"] = _texts(body["system"])
+    if "maxTokens" in config:
+        params["max_tokens"] = config["maxTokens"]
+    return item_from_messages(custom_id, params, line=line)
+
+
+def converse_json(item: Item, ans: Answer) -> dict[str, Any]:
+    stop = "content_filtered" if ans.outcome == "refusal" else "max_tokens" if ans.truncated else "end_turn"
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": ans.text}] if ans.text else []}},
+        "stopReason": stop,
+        "usage": {
+            "inputTokens": ans.input_tokens,
+            "outputTokens": ans.output_tokens,
+            "totalTokens": ans.input_tokens + ans.output_tokens,
+        },
+        "metrics": {"latencyMs": 1},
+    }
+
+
+def _records(data: bytes, model: str, converse: bool = False) -> tuple[list[Item], str]:
     """The input's records as Items, or the validation failure (Bedrock fails the whole job at validation)."""
     items: list[Item] = []
     seen: set[str] = set()
@@ -119,6 +151,9 @@ def _records(data: bytes, model: str) -> tuple[list[Item], str]:
             return [], f"line {n}: recordId invalid or used twice"
         seen.add(record_id)
         body = obj["modelInput"]
+        if converse:
+            items.append(converse_item(record_id, body, model, n))
+            continue
         item = item_from_messages(record_id, {**body, "model": model}, line=n)
         if body.get("anthropic_version") != ANTHROPIC_VERSION and not item.invalid:
             item.invalid = f"anthropic_version: expected {ANTHROPIC_VERSION}"
@@ -173,7 +208,9 @@ def _answered(ans: Answer) -> bool:
 
 def _output_line(batch: Batch, item: Item, ans: Answer, index: int, inputs: dict[str, Any]) -> bytes:
     line: dict[str, Any] = {"recordId": item.custom_id, "modelInput": inputs.get(item.custom_id)}
-    if _answered(ans):
+    if _answered(ans) and (batch.metadata or {}).get("invocation") == "Converse":
+        line["modelOutput"] = converse_json(item, ans)
+    elif _answered(ans):
         message = anthropic_api.message_json(item, ans, f"msg_bdrk_{batch.id}_{index}")
         line["modelOutput"] = {k: v for k, v in message.items() if k != "model"} | {"model": item.model}
     else:
@@ -236,7 +273,7 @@ def _job_json(batch: Batch, now: float) -> dict[str, Any]:
         "outputDataConfig": {"s3OutputDataConfig": {"s3Uri": meta["outputUri"]}},
         "timeoutDurationInHours": int(meta.get("hours", "24")),
         "jobExpirationTime": _iso(batch.created_at + int(meta.get("hours", "24")) * 3600),
-        "modelInvocationType": "InvokeModel",
+        "modelInvocationType": meta.get("invocation", "InvokeModel"),
     }
     if batch.validation_errors:
         out["message"] = str(batch.validation_errors[0]["message"])
@@ -279,8 +316,13 @@ async def create_job(request: web.Request) -> web.Response:
         return error(400, f"1 validation error detected: Value {name!r} at 'jobName' failed to satisfy constraint")
     if not isinstance(role, str) or not ROLE_ARN.fullmatch(role):
         return error(400, f"1 validation error detected: Value {role!r} at 'roleArn' failed to satisfy constraint")
-    if not isinstance(model, str) or not model.startswith(("anthropic.", "us.anthropic.", "eu.anthropic.")):
-        return error(400, f"The emulator serves Anthropic Claude models on Bedrock, not {model!r}")
+    invocation = body.get("modelInvocationType", "InvokeModel")
+    if invocation not in ("InvokeModel", "Converse"):
+        return error(400, f"modelInvocationType: InvokeModel or Converse, not {invocation!r}")
+    if not isinstance(model, str) or not model:
+        return error(400, "modelId is required")
+    if invocation == "InvokeModel" and ".anthropic." not in f".{model}":
+        return error(400, f"The emulator's InvokeModel records are Anthropic Claude bodies, not {model!r}'s")
     hours = body.get("timeoutDurationInHours", 24)
     if not isinstance(hours, int) or not 24 <= hours <= 168:
         return error(400, "timeoutDurationInHours: between 24 and 168")
@@ -298,9 +340,9 @@ async def create_job(request: web.Request) -> web.Response:
     except FileNotFoundError:
         items, why = [], f"The input {in_uri} does not exist or the role cannot read it"
     else:
-        items, why = _records(data, model)
+        items, why = _records(data, model, invocation == "Converse")
     meta = {"jobName": name, "token": str(token or ""), "roleArn": role, "modelId": model, "inputUri": in_uri}
-    meta |= {"outputUri": out_uri, "hours": str(hours)}
+    meta |= {"outputUri": out_uri, "hours": str(hours), "invocation": str(invocation)}
     validation = [{"code": "ValidationFailed", "message": why}] if why else []
     batch = store.new_batch("bedrock", items, metadata=meta, validation_errors=validation)
     if store.creates <= store.profile.batch.create_failures_after_accept:
@@ -393,6 +435,37 @@ async def invoke_model(request: web.Request) -> web.Response:
     return web.Response(body=data, content_type="application/json")
 
 
+async def converse(request: web.Request) -> web.Response:
+    store = _store(request)
+    if store.profile.billing_error:
+        return error(
+            403, "Your AWS account is not authorized: its billing information is invalid or its payment is due"
+        )
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return error(400, "Malformed input request: the body is not JSON")
+    if not isinstance(body, dict):
+        return error(400, "Malformed input request: the body must be a JSON object")
+    item = converse_item("sync", body, request.match_info["model"])
+    if item.invalid:
+        return error(400, f"Malformed input request: {item.invalid}")
+    outcome = await sync_call(request.app, item)
+    if isinstance(outcome, float):
+        return error(
+            429,
+            "Too many requests, please wait before trying again.",
+            "ThrottlingException",
+            {"retry-after": str(max(1, round(outcome)))},
+        )
+    if outcome == "server_error":
+        return error(500, "The server encountered an internal error", "InternalServerException")
+    ans = answer(item, outcome, cache_hit=False)
+    if ans.outcome == "invalid_request":
+        return error(400, ans.message)
+    return web.json_response(converse_json(item, ans))
+
+
 def routes() -> list[web.RouteDef]:
     return [
         web.post(f"{PREFIX}/model-invocation-job", create_job),
@@ -400,4 +473,5 @@ def routes() -> list[web.RouteDef]:
         web.post(f"{PREFIX}/model-invocation-job/{{job:.+}}/stop", stop_job),
         web.get(f"{PREFIX}/model-invocation-job/{{job:.+}}", get_job),
         web.post(f"{PREFIX}/model/{{model}}/invoke", invoke_model),
+        web.post(f"{PREFIX}/model/{{model}}/converse", converse),
     ]

@@ -2,9 +2,9 @@
 
 A batch record is `{"recordId", "modelInput"}` (Bedrock's batch-inference JSONL, modelInvocationType InvokeModel);
 for an Anthropic Claude model `modelInput` is the Anthropic Messages body Barge sends Anthropic, without `model`
-(the job names it) and with `anthropic_version: bedrock-2023-05-31`. The synchronous fallback sends the same body to
-bedrock-runtime InvokeModel. Other model families on Bedrock have bodies of their own: a request for one is
-refused (Unconvertible: the line is invalid with this reason), never sent in a shape the model would refuse.
+(the job names it) and with `anthropic_version: bedrock-2023-05-31`; the synchronous fallback sends the same body to
+bedrock-runtime InvokeModel. Every other model (Nova, Llama, Mistral ... on Bedrock) gets a Converse body
+(`messages`, `system`, `inferenceConfig`), its job modelInvocationType Converse and its fallback the Converse call.
 """
 
 from __future__ import annotations
@@ -42,10 +42,7 @@ def model_input(request: Request, *, batch: bool = True) -> dict[str, Any]:
     5-minute TTL (the 1 h `ttl` Barge asks of Anthropic is not sent: whether each Bedrock model takes it is not
     known here)."""
     if not is_claude(request.model):
-        raise Unconvertible(
-            f"bedrock: Barge sends Anthropic Claude models on Bedrock (model ids anthropic.* or an inference profile "
-            f"of one), not {request.model!r}"
-        )
+        return converse_input(request)
     body = anthropic_params(request)
     body.pop("model", None)
     for block in _blocks(body):
@@ -55,6 +52,27 @@ def model_input(request: Request, *, batch: bool = True) -> dict[str, Any]:
         elif isinstance(marker, dict):
             block["cache_control"] = {k: v for k, v in marker.items() if k != "ttl"}
     return {"anthropic_version": ANTHROPIC_VERSION, **body}
+
+
+#: spec.request.params a Converse record takes (inferenceConfig's fields, by Barge's OpenAI-style names).
+CONVERSE_PARAMS = {"temperature": "temperature", "top_p": "topP", "stop": "stopSequences"}
+
+
+def converse_input(request: Request) -> dict[str, Any]:
+    """A Converse body (modelInvocationType Converse): every other model family on Bedrock (Nova, Llama, Mistral
+    ...) speaks it. Passthrough bodies, responseFormat and embeddings are Anthropic's or OpenAI's shapes: refused."""
+    if request.endpoint != "chat" or request.passthrough or request.response_format is not None:
+        raise Unconvertible(
+            f"bedrock: {request.model!r} is sent in Bedrock's Converse format, which Barge fills from system, "
+            "template and maxTokens only (no passthrough, responseFormat or embeddings; those need a Claude model)"
+        )
+    config: dict[str, Any] = {"maxTokens": request.max_tokens}
+    config |= {name: request.params[key] for key, name in CONVERSE_PARAMS.items() if key in request.params}
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": [{"text": request.user}]}]}
+    if request.system:
+        body["system"] = [{"text": request.system}]
+    body["inferenceConfig"] = config
+    return body
 
 
 #: Appended to each encoded record: the model is the job's (modelId), not the record's, and BedrockProvider reads

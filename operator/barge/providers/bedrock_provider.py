@@ -44,7 +44,7 @@ from barge.providers import jsonl
 from barge.providers.base import UNREADABLE_ANSWER, BatchInfo, Outcome, Parsed, Request, Result, counted, flatten
 from barge.providers.base import read_answer as read_body
 from barge.providers.bedrock_encoding import MODEL_KEY as _MODEL_KEY
-from barge.providers.bedrock_encoding import encode_bedrock, model_input
+from barge.providers.bedrock_encoding import encode_bedrock, is_claude, model_input
 from barge.providers.bedrock_settings import BedrockSettings, from_boto, refused_endpoint
 from barge.providers.chat_convert import Unconvertible
 from barge.providers.content import anthropic_output
@@ -124,6 +124,33 @@ def _message(custom_id: str, message: dict[str, Any]) -> Result:
     return Result(custom_id, Outcome.SUCCEEDED, text, counts)
 
 
+#: Converse stop reasons that are a refusal (a content filter or a guardrail), not an answer.
+CONVERSE_REFUSALS = ("content_filtered", "guardrail_intervened")
+
+
+def _converse(custom_id: str, answer: dict[str, Any]) -> Result:
+    """A Converse answer (`{output: {message: {content: [{text}]}}, stopReason, usage: {inputTokens, ...}}`)."""
+    output = answer.get("output")
+    message = output.get("message") if isinstance(output, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    blocks = content if isinstance(content, list) else []
+    text = "".join(str(b.get("text") or "") for b in blocks if isinstance(b, dict) and "text" in b)
+    usage = answer.get("usage") or {}
+    try:
+        counts = counted(
+            int(usage.get("inputTokens") or 0),
+            int(usage.get("outputTokens") or 0),
+            int(usage.get("cacheReadInputTokens") or 0),
+            int(usage.get("cacheWriteInputTokens") or 0),
+        )
+    except (ValueError, TypeError, AttributeError) as exc:
+        return Result(custom_id, Outcome.TRANSIENT, error_type=UNREADABLE_ANSWER, message=str(exc)[:200])
+    stop = answer.get("stopReason")
+    if stop in CONVERSE_REFUSALS:
+        return Result(custom_id, Outcome.REFUSED, text, counts, "refusal", str(stop))
+    return Result(custom_id, Outcome.SUCCEEDED, text, counts)
+
+
 def parse_line(line: dict[str, Any]) -> Parsed:
     """One line of `<input>.jsonl.out`: `{recordId, modelInput, modelOutput}` or `{..., error: {errorCode,
     errorMessage}}`."""
@@ -132,7 +159,7 @@ def parse_line(line: dict[str, Any]) -> Parsed:
         raise ValueError("recordId is not a string")
     output = line.get("modelOutput")
     if type(output) is dict:
-        r = _message(record_id, output)
+        r = _converse(record_id, output) if "output" in output else _message(record_id, output)
         u = r.usage
         return (
             r.custom_id,
@@ -229,6 +256,7 @@ class BedrockProvider:
                 inputDataConfig={"s3InputDataConfig": {"s3Uri": input_uri, "s3InputFormat": "JSONL"}},
                 outputDataConfig={"s3OutputDataConfig": {"s3Uri": f"{s.output_s3_uri}{name}/"}},
                 timeoutDurationInHours=24,
+                modelInvocationType="InvokeModel" if is_claude(model) else "Converse",
                 tags=[{"key": k, "value": v} for k, v in sorted(metadata.items())][:200],
             )
         except (Invalid, Fatal):  # refused for sure: no job will read the records, so they go now
@@ -338,15 +366,23 @@ class BedrockProvider:
 
     async def complete(self, request: Request) -> Result:
         try:
-            body = orjson.dumps(model_input(request, batch=False))
+            body = model_input(request, batch=False)
         except Unconvertible as exc:
             return Result(request.custom_id, Outcome.INVALID, error_type="invalid_request", message=str(exc)[:300])
+        if not is_claude(request.model):  # Converse: boto3 takes the body's fields and answers a dict
+            try:
+                answer = await self._call("runtime", "converse", modelId=request.model, **body)
+            except Fatal:
+                raise
+            except ProviderError as exc:
+                return failed(request.custom_id, exc, exc)
+            return _converse(request.custom_id, answer)
         try:
             answer = await self._call(
                 "runtime",
                 "invoke_model",
                 modelId=request.model,
-                body=body,
+                body=orjson.dumps(body),
                 contentType="application/json",
                 accept="application/json",
             )

@@ -12,10 +12,11 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     BotoCoreError,
     ClientError,
     ConnectTimeoutError,
+    ParamValidationError,
     ReadTimeoutError,
 )
 
-from barge.providers.errors import Fatal, ProviderError, Transient, classify, retry_after
+from barge.providers.errors import Fatal, Invalid, ProviderError, Transient, classify, retry_after
 from barge.providers.guard import Allowed
 
 FATAL_CODES = frozenset(
@@ -134,6 +135,8 @@ def from_boto(exc: BaseException) -> ProviderError:
         else:
             cls = classify(status if isinstance(status, int) else None, kind, message)
         return cls(f"{kind}: {message}", error_type=kind, retry_after=wait)
+    if isinstance(exc, ParamValidationError):  # botocore refused the request before sending it
+        return Invalid(f"invalid request: {exc}", error_type="invalid_request")
     if isinstance(exc, BotoCoreError):
         return Transient(f"connection failed: {exc}", error_type="connection_error")
     return Transient(f"unexpected error: {exc!r}", error_type="unknown")
