@@ -19,11 +19,12 @@ RUN python runtime_requirements.py requirements.lock > runtime.lock \
  && /opt/barge/bin/pip install --require-hashes --no-deps --only-binary=:all: -r runtime.lock \
  && /opt/barge/bin/pip uninstall --yes --quiet pip setuptools \
  && rm -f /opt/barge/bin/Activate.ps1
-# botocore ships the models of every AWS service (27 MB); Barge's S3 storage needs S3's, and the credential chain
-# (IRSA, SSO, sign-in) STS's, SSO's and sign-in's. The shared endpoint and retry tables stay.
+# botocore ships the models of every AWS service (27 MB); Barge's S3 storage needs S3's, the credential chain
+# (IRSA, SSO, sign-in) STS's, SSO's and sign-in's, and type bedrock bedrock's and bedrock-runtime's. The shared
+# endpoint and retry tables stay.
 RUN cd /opt/barge/lib/python3.11/site-packages/botocore/data \
  && find . -mindepth 1 -maxdepth 1 -type d ! -name s3 ! -name sts ! -name sso ! -name sso-oidc ! -name signin \
-      -exec rm -rf {} +
+      ! -name bedrock ! -name bedrock-runtime -exec rm -rf {} +
 # Barge itself: plain source on the path and a console script, so no unpinned build backend runs here.
 COPY operator/barge /opt/barge/lib/python3.11/site-packages/barge
 # Third-party code is kept as bytecode only (compiled beside where the source was, which it replaces: 108 MB
