@@ -25,6 +25,8 @@ RUN python runtime_requirements.py requirements.lock > runtime.lock \
 RUN cd /opt/barge/lib/python3.11/site-packages/botocore/data \
  && find . -mindepth 1 -maxdepth 1 -type d ! -name s3 ! -name sts ! -name sso ! -name sso-oidc ! -name signin \
       ! -name bedrock ! -name bedrock-runtime -exec rm -rf {} +
+# google-genai's wheel carries its own test suite (5.4 MB of source).
+RUN rm -rf /opt/barge/lib/python3.11/site-packages/google/genai/tests
 # Barge itself: plain source on the path and a console script, so no unpinned build backend runs here.
 COPY operator/barge /opt/barge/lib/python3.11/site-packages/barge
 # Third-party code is kept as bytecode only (compiled beside where the source was, which it replaces: 108 MB

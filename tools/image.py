@@ -43,7 +43,17 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # Python 3.11 from Debian (python-is-python3: the Dockerfile calls `python`); documentation, manual pages and
 # locales are not installed, nor the apt lists.
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
-BASE_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
+BASE_EXCLUDES = (
+    "/usr/share/doc/*",
+    "/usr/share/man/*",
+    "/usr/share/locale/*",
+    "/usr/share/info/*",
+)
+# Removed after the packages are set up (a path-exclude would fail their postinst: libc-bin's runs iconvconfig,
+# python3.11's byte-compiles the standard library): glibc's iconv modules (8.4 MB: Python's codecs are its own,
+# and libpq, SQLite and OpenSSL convert nothing through iconv; UTF-8 and ASCII are built into glibc), the 2to3 tool
+# and help()'s topic texts (2.2 MB: nothing in an image that runs a service imports them).
+BASE_REMOVED = ("/usr/lib/*/gconv", "/usr/lib/python3.11/lib2to3", "/usr/lib/python3.11/pydoc_data")
 APT_ONLY = (
     "apt",
     "libapt-pkg6.0",
@@ -152,6 +162,7 @@ def build_base(env: dict[str, str]) -> None:
         # anything another package still depends on)
         f"--customize-hook=chroot $1 dpkg --purge {' '.join(APT_ONLY)}",
         "--customize-hook=rm -rf $1/var/lib/apt/lists/* $1/var/cache/apt/* $1/var/log/apt",
+        "--customize-hook=rm -rf " + " ".join(f"$1{path}" for path in BASE_REMOVED),
         "bookworm",
     ]
     marker = CACHE / f"base-{_hash(repr(args).encode())}"
