@@ -48,6 +48,7 @@ def job(name: str, out: str, **request: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.timeout(600)
 def test_an_embeddings_job_on_an_engine_pool(
     cluster: Cluster, namespace: str, operator: Operator, vllm: EmulatorThread, tmp_path: Path
 ) -> None:
@@ -56,17 +57,18 @@ def test_an_embeddings_job_on_an_engine_pool(
     out = operator.workdir / "pool-embeddings-out"
     doc = job("embed-on-pool", f"file://{out}/", endpoint="embeddings", dimensions=16)
     cluster.run_kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(doc))
-    wait_for(
-        lambda: "not Ready" in admitted(cluster, namespace, "embed-on-pool").get("message", ""),
-        60,
-        "the job waiting for its pool",
-    )
-    before = vllm.store.sync_requests
-    make_ready(cluster, namespace, "llama-interactive-vllm", 1)
-    try:
-        wait_for(lambda: status(cluster, namespace, "embed-on-pool").get("phase") == "Succeeded", 120, "Succeeded")
+    try:  # the package's operator has every earlier test's objects by now: waits sized for a full run's load
+        wait_for(
+            lambda: "not Ready" in admitted(cluster, namespace, "embed-on-pool").get("message", ""),
+            120,
+            "the job waiting for its pool",
+        )
+        before = vllm.store.sync_requests
+        make_ready(cluster, namespace, "llama-interactive-vllm", 1)
+        wait_for(lambda: status(cluster, namespace, "embed-on-pool").get("phase") == "Succeeded", 240, "Succeeded")
     except TimeoutError:
-        print(cluster.run_kubectl("-n", namespace, "get", "lbj,bpool", "-o", "yaml").stdout)
+        print(cluster.run_kubectl("-n", namespace, "get", "lbj,bpool,deploy", "-o", "yaml").stdout)
+        print(operator.output()[-6000:])
         raise
     st = status(cluster, namespace, "embed-on-pool")
     assert st["counts"]["succeeded"] == COUNT
