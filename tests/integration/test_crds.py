@@ -94,7 +94,7 @@ def test_printer_columns_and_short_names(cluster: Cluster, namespace: str) -> No
             "exactly one of spec.input.url, spec.input.configMapRef, spec.input.inline",
         ),
         (
-            {"provider": {"type": "bedrock", "model": "m", "secretRef": {"name": "s"}}},
+            {"provider": {"type": "cohere", "model": "m", "secretRef": {"name": "s"}}},
             "spec.provider.type",
             "Unsupported value",
         ),
