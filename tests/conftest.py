@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tools import localcluster, pgserver
+from tools import localcluster, localkeda, pgserver
 
 from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
@@ -57,6 +57,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     lock while it builds them beside the tests (localcluster._go_build waits on it)."""
     for group in _tool_groups(item):
         localcluster.GROUPS[group]()
+        if group == "keda":
+            localkeda.loopback_adapter()  # KEDA's adapter relinked with a loopback metrics bind (tools/localkeda.py)
     yield
 
 

@@ -155,7 +155,9 @@ def loopback_adapter() -> Path:
     ldflags = f"-X {MODULE}/version.Version={localcluster.KEDA_VERSION}"
     started = time.monotonic()
     subprocess.run(
-        ["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out.with_suffix(".tmp")), "./adapter"],
+        # the flags of build_keda's, so that every package but the patched main comes from Go's build cache
+        ["go", "build", "-trimpath", f"-ldflags={localcluster.link_flags(ldflags)}",
+         *localcluster.compile_flags(False), "-o", str(out.with_suffix(".tmp")), "./adapter"],
         cwd=work, check=True,
     )  # fmt: skip
     out.with_suffix(".tmp").rename(out)
