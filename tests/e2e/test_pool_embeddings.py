@@ -7,6 +7,7 @@ admission naming why (vLLM's pools serve chat and embeddings), nothing sent."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,15 @@ def test_an_embeddings_job_on_an_engine_pool(
             "the job waiting for its pool",
         )
         before = vllm.store.sync_requests
-        make_ready(cluster, namespace, "llama-interactive-vllm", 1)
+
+        def ready() -> bool:  # the operator may not have made the pool's Deployment yet: patch it once it exists
+            try:
+                make_ready(cluster, namespace, "llama-interactive-vllm", 1)
+            except subprocess.CalledProcessError:
+                return False
+            return True
+
+        wait_for(ready, 120, "the pool's Deployment to exist")
         wait_for(lambda: status(cluster, namespace, "embed-on-pool").get("phase") == "Succeeded", 240, "Succeeded")
     except TimeoutError:
         print(cluster.run_kubectl("-n", namespace, "get", "lbj,bpool,deploy", "-o", "yaml").stdout)
