@@ -307,9 +307,14 @@ def test_upgrade_to_two_replicas_peers_them_under_the_chart_rbac(
     try:
         for pod in pods:
             pod.start()
+
+        def records() -> dict[str, object]:
+            return kubectl_json(cluster, "-n", TEAM, "get", "kopfpeering", "barge").get("status") or {}
+
+        # both records first: a replica still starting up (a loaded machine) leaves the first one working alone
+        wait_for(lambda: len(records()) == 2, 90, "both replicas keep their record in the KopfPeering")
         wait_for(lambda: [working(p) for p in pods].count(True) == 1, 60, "one replica working, one paused")
-        peers = kubectl_json(cluster, "-n", TEAM, "get", "kopfpeering", "barge").get("status") or {}
-        assert len(peers) == 2, f"both replicas keep their record in the KopfPeering: {peers}"
+        assert len(records()) == 2, f"both replicas keep their record in the KopfPeering: {records()}"
         apply(cluster, TEAM, job_manifest("two-replicas", emulator.url, workdir, n=100))
         wait_for(phase_is(cluster, TEAM, "two-replicas", "Succeeded"), 120, "Succeeded with two replicas")
         for pod in pods:

@@ -158,3 +158,18 @@ def test_a_dead_server_is_started_again(ledger: Ledger) -> None:
     assert second is not None
     assert second.pid != first.pid
     assert second.poll() is None
+
+
+def test_a_server_started_past_fd_1023_still_plans(ledger: Ledger) -> None:
+    """The server's socket keeps the parent's fd number: a busy parent (here, 1,100 open files) hands it a number past
+    select()'s 1023, which once ended the server before its first fork (the whole suite's CI run, 6 failures)."""
+    zygote.SERVER._stop()
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        zygote.SERVER.warm()
+        assert zygote.SERVER._sock is not None
+        assert zygote.SERVER._sock.fileno() > 1023
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert asyncio.run(planner.plan(JOB, job(), lambda: lines(5), ledger)) == 5

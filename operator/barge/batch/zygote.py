@@ -74,8 +74,11 @@ def serve(fd: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group; the socket ends us
     reports: dict[int, int] = {}  # pid -> write end of its status pipe
+    poller = select.poll()  # not select(): the socket keeps the parent's fd number, past 1023 in a busy parent
+    for watched in (sock.fileno(), wake_r):
+        poller.register(watched, select.POLLIN)
     while True:
-        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
+        ready = {fd for fd, _ in poller.poll()}
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(wake_r, 512):
