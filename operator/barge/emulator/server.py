@@ -233,7 +233,11 @@ class EmulatorThread:
             self.port = port
             self._ready.set()
 
-        self._loop.run_until_complete(self._serve(ready))
+        try:
+            self._loop.run_until_complete(self._serve(ready))
+            self._loop.run_until_complete(self._loop.shutdown_default_executor())
+        finally:
+            self._loop.close()  # its self-pipe and epoll: a test session starts hundreds of emulators
 
     async def _serve(self, ready: Callable[[int], None]) -> None:
         assert self._stop is not None
@@ -260,7 +264,10 @@ class EmulatorThread:
     def stop(self) -> None:
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
+        elif self._thread.ident is None:  # never started
+            self._loop.close()
 
     def __enter__(self) -> EmulatorThread:
         return self.start()
