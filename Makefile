@@ -5,6 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BARGE := $(VENV)/bin/barge
 CLUSTER_DIR := .barge/cluster
+# `make test` runs the suite in this many pytest-xdist workers, each with its own control plane; a module is one unit
+# of work and tests/node one (one node per machine). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 # Debian packages the tests need: PostgreSQL (ledger), redis and RabbitMQ (queue workers), Prometheus (promtool and
 # the server, monitoring tests), openssl (control-plane keys), git, nodejs (Azurite, the Azure Blob Storage emulator,
 # pinned in tools/azurite/package-lock.json; Debian's `npm` is added only when no npm is on PATH, as a nodejs from
@@ -83,8 +86,8 @@ image: debian-packages ## Build Barge's OCI image with podman, no Docker, no reg
 	$(PYTHON) tools/image.py build
 
 ##@ Tests
-test: deps lint ## Lint, type-check and run every test (unit, contract, integration, e2e)
-	@$(PY) -m pytest -q tests; rc=$$?; \
+test: deps lint ## Lint, type-check and run every test (unit, contract, integration, e2e, node), TEST_WORKERS in parallel
+	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc
 
 test-unit: venv ## Unit tests only (no cluster, no network)

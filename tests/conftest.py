@@ -30,10 +30,13 @@ UPSTREAM_CRDS = REPO / "tests" / "upstream_crds"  # in the repo, so tests never 
 REFERENCE_CRDS = [UPSTREAM_CRDS / d for d in ("keda", "prometheus-operator", "gateway-api-inference-extension")]
 
 
-#: The Go builds a test may need beyond the control plane and the dev tools (make lint builds those), in the order
-#: they run last: a test marked `@pytest.mark.tools("argocd")` (or "keda", "node") runs after every unmarked one, so
-#: that `.ci/run` can build them beside the first 40 minutes of tests (localcluster.GROUPS).
+#: The Go builds a test may need beyond the control plane and the dev tools (make lint builds those). The node's
+#: tests run first (kubelet + kube-scheduler build in ~2 min of `.ci/run`'s background build, and the node's
+#: modules are the longest unit of work: first, so the other worker's tests run beside them), then every unmarked
+#: test, then those marked argocd, then keda (built beside the first half of the tests; localcluster.GROUPS).
 TOOL_GROUPS = ("argocd", "keda", "node")
+ORDER = {"node": -1, "argocd": 1, "keda": 2}
+NODE_TESTS = "tests/node/"
 
 
 def _tool_groups(item: pytest.Item) -> list[str]:
@@ -44,10 +47,21 @@ def _tool_groups(item: pytest.Item) -> list[str]:
     return groups
 
 
+def _order(item: pytest.Item) -> tuple[int, int]:
+    """(its place, and within the node's tests: those needing KEDA last, as KEDA's build is the longest)."""
+    last = max((ORDER[g] for g in _tool_groups(item)), default=0)
+    return (ORDER["node"] if item.nodeid.startswith(NODE_TESTS) else last, last)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that need argocd, KEDA or the node's kubelet last, in that order (a stable sort: every module's tests
-    stay together and in their order)."""
-    items.sort(key=lambda item: max((TOOL_GROUPS.index(g) + 1 for g in _tool_groups(item)), default=0))
+    """The order above (a stable sort: every module's tests stay together and in their order), and the units of
+    work `make test`'s parallel workers share (pytest-xdist, `--dist loadgroup`): a module each, so a module's
+    fixtures start once, and all of tests/node in one, because one machine has one node."""
+    items.sort(key=_order)
+    for item in items:
+        group = "node" if item.nodeid.startswith(NODE_TESTS) else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
