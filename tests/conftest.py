@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tools import localcluster, localkeda, pgserver
+from tools import localcluster, pgserver
 
 from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
@@ -70,9 +70,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     timer: a cold argocd build is ~15-30 min on 2 cores, and in `.ci/run` another process may hold the build's
     lock while it builds them beside the tests (localcluster._go_build waits on it)."""
     for group in _tool_groups(item):
-        localcluster.GROUPS[group]()
-        if group == "keda":
-            localkeda.loopback_adapter()  # KEDA's adapter relinked with a loopback metrics bind (tools/localkeda.py)
+        localcluster.GROUPS[group]()  # keda's includes its adapter relinked to a loopback metrics bind
     yield
 
 

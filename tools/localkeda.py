@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -141,6 +142,15 @@ def loopback_adapter() -> Path:
         return out
     if not upstream.exists():
         localcluster.build_keda()
+    localcluster.CACHE.mkdir(parents=True, exist_ok=True)
+    with (localcluster.CACHE / ".keda-loopback.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test workers (or .ci/run's build beside them) may ask at once
+        if not out.exists():
+            _relink(upstream, out)
+    return out
+
+
+def _relink(upstream: Path, out: Path) -> None:
     source = module_dir() / "cmd" / "adapter" / "main.go"
     text = source.read_text()
     if LOOPBACK_PATCH[0] not in text:
@@ -162,7 +172,6 @@ def loopback_adapter() -> Path:
     )  # fmt: skip
     out.with_suffix(".tmp").rename(out)
     print(f"relinked KEDA's adapter with a loopback metrics bind in {time.monotonic() - started:.0f}s", flush=True)
-    return out
 
 
 @functools.cache
