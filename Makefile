@@ -87,7 +87,7 @@ image: debian-packages ## Build Barge's OCI image with podman, no Docker, no reg
 
 ##@ Tests
 test: deps lint ## Lint, type-check and run every test (unit, contract, integration, e2e, node), TEST_WORKERS in parallel
-	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests; rc=$$?; \
+	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc
 
 test-unit: venv ## Unit tests only (no cluster, no network)

@@ -53,15 +53,26 @@ def _order(item: pytest.Item) -> tuple[int, int]:
     return (ORDER["node"] if item.nodeid.startswith(NODE_TESTS) else last, last)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The order above (a stable sort: every module's tests stay together and in their order), and the units of
-    work `make test`'s parallel workers share (pytest-xdist, `--dist loadgroup`): a module each, so a module's
-    fixtures start once, and all of tests/node in one, because one machine has one node."""
+    """The order above (a stable sort: every module's tests stay together and in their order)."""
     items.sort(key=_order)
-    for item in items:
-        group = "node" if item.nodeid.startswith(NODE_TESTS) else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `make test` runs the suite in parallel workers
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `--dist loadscope`: a module is one unit of work (its fixtures start once) and all of tests/node one,
+    because one machine has one node. Units go to the workers in the order above (`--no-loadscope-reorder`).
+    (Not `--dist loadgroup` with xdist_group marks: pytest 9.2's structured node ids drop its group suffix, and
+    the tests would silently spread: pytest-dev/pytest-xdist#1386.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return NODE_TESTS if nodeid.startswith(NODE_TESTS) else nodeid.split("::", 1)[0]
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
