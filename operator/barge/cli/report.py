@@ -86,7 +86,7 @@ def report(
 
 @report_app.command("focus")
 def report_focus(
-    out: Annotated[str, typer.Option("--out", help="Where to write the CSV: a path, file://, s3:// or az:// URL.")],
+    out: Annotated[str, typer.Option("--out", help="Where to write the file: a path, file://, s3:// or az:// URL.")],
     start: FromOption = None,
     end: ToOption = None,
     tenant: TenantOption = None,
@@ -94,15 +94,28 @@ def report_focus(
     prices_file: PricesOption = None,
     period: Annotated[str, typer.Option(help="Charge period of a row: hour or day.")] = "hour",
     billing_account: Annotated[str, typer.Option(help="BillingAccountId/Name of every row.")] = "barge",
+    file_format: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="csv or parquet (typed columns; needs the optional pyarrow: pip install 'barge-operator[parquet]'). "
+            "Default: parquet when --out ends in .parquet, else csv.",
+        ),
+    ] = None,
 ) -> None:
-    """Write FinOps FOCUS 1.2 cost and usage rows (CSV) for --from to --to. Parquet is not offered (no pyarrow)."""
+    """Write FinOps FOCUS 1.2 cost and usage rows (CSV or Parquet) for --from to --to."""
     from barge.batch import prices
     from barge.ledger import Ledger
-    from barge.reports import export, focus
+    from barge.reports import export, focus, parquet
     from barge.storage import StoragePolicy
 
     if period not in ("hour", "day"):
         raise typer.BadParameter("--period must be hour or day")
+    chosen = file_format or ("parquet" if out.lower().endswith(".parquet") else "csv")
+    if chosen not in ("csv", "parquet"):
+        raise typer.BadParameter("--format must be csv or parquet")
+    if chosen == "parquet" and not parquet.available():
+        raise typer.BadParameter(parquet.MISSING)  # before reading the ledger or writing anything
     lo, hi = window(start, end)
     book = Ledger(ledger)
     try:
@@ -111,8 +124,9 @@ def report_focus(
         )
     finally:
         book.close()
-    written = export.write_csv(out, rows, StoragePolicy(base_dir=Path.cwd()))
-    typer.echo(f"wrote {written} FOCUS {focus.FOCUS_VERSION} rows to {out}")
+    write = export.write_parquet if chosen == "parquet" else export.write_csv
+    written = write(out, rows, StoragePolicy(base_dir=Path.cwd()))
+    typer.echo(f"wrote {written} FOCUS {focus.FOCUS_VERSION} rows ({chosen}) to {out}")
 
 
 @report_app.command("reconcile")

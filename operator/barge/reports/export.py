@@ -2,8 +2,9 @@
 
 Reads the spend rows of [start, end) (ledger/spend.py: one range of the hour index), builds the rows
 (reports/focus.py) and writes one CSV object through barge.storage, so a file:// URL gets the same whole-or-nothing
-write and an s3:// or az:// URL the same credentials as a job's output. Parquet is not written: pyarrow is not a
-dependency of Barge (it would add ~100 MB to the image).
+write and an s3:// or az:// URL the same credentials as a job's output. `barge report focus` also writes Parquet
+(reports/parquet.py) where pyarrow, an optional extra, is installed; the operator's daily file is CSV (the image has
+no pyarrow).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from barge.batch import prices
 from barge.ledger import Ledger, spend
-from barge.reports import focus
+from barge.reports import focus, parquet
 from barge.storage import StoragePolicy, join, write_lines
 
 DAY = 86400
@@ -36,6 +37,14 @@ def write_csv(url: str, rows: list[dict[str, str]], policy: StoragePolicy) -> in
     """The rows as one CSV object at `url`; how many rows."""
     text = focus.to_csv(rows)
     write_lines(url, (line.encode() for line in text.split("\n")[:-1]), policy)  # exact: quoted newlines too
+    return len(rows)
+
+
+def write_parquet(url: str, rows: list[dict[str, str]], policy: StoragePolicy) -> int:
+    """The rows as one Parquet object at `url` (reports/parquet.py); how many rows. ParquetUnavailable without
+    pyarrow, before anything is written."""
+    data = parquet.to_parquet(rows)
+    write_lines(url, [data], policy, end=b"")
     return len(rows)
 
 

@@ -64,6 +64,17 @@ COLUMNS = (
     "x_FocusVersion", "x_TokenKind", "x_BatchTokens", "x_SyncTokens", "x_Requests", "x_PriceTableVersion",
 )  # fmt: skip
 
+#: The typed columns (FOCUS 1.2's data types; every other column is a String): what a Parquet file stores them as.
+DECIMALS = (
+    "BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
+    "EffectiveCost", "ListCost", "ListUnitPrice", "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost", "PricingCurrencyListUnitPrice", "PricingQuantity",
+)  # fmt: skip
+DATETIMES = ("BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart")
+KEYVALUES = ("SkuPriceDetails", "Tags")  # a JSON object of strings, as in the CSV
+INTEGERS = ("x_BatchTokens", "x_SyncTokens", "x_Requests")
+DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
 
 @dataclass(frozen=True)
 class Key:

@@ -303,15 +303,16 @@ def join(url: str, name: str) -> str:
 WRITE_BUFFER = 1 << 20
 
 
-def write_lines(url: str, lines: Iterable[bytes], policy: StoragePolicy) -> int:
-    """Write one object/file from lines (streamed); returns how many were written. A local file appears whole or
-    not at all (written to `<name>.partial`, renamed over it), created fresh, never through a planted link."""
+def write_lines(url: str, lines: Iterable[bytes], policy: StoragePolicy, end: bytes = b"\n") -> int:
+    """Write one object/file from lines (streamed), each followed by `end`; returns how many were written. A local
+    file appears whole or not at all (written to `<name>.partial`, renamed over it), created fresh, never through a
+    planted link. `write_lines(url, [data], policy, end=b"")` writes bytes as they are."""
     fs, path = locate(url, policy)
     count = 0
     if not isinstance(fs, LocalFileSystem):
         with _errors(url, "cannot write", "write"), fs.open(path, "wb") as out:
             for line in lines:
-                out.write(line + b"\n")
+                out.write(line + end)
                 count += 1
         return count
     _checked("file://" + path + ".partial", policy)
@@ -321,7 +322,7 @@ def write_lines(url: str, lines: Iterable[bytes], policy: StoragePolicy) -> int:
         where = local.Beneath(folder or "/", (name,))
         fs.makedirs(where.root, exist_ok=True)
     try:
-        return local.write_whole(where, lines, WRITE_BUFFER)
+        return local.write_whole(where, lines, WRITE_BUFFER, end)
     except FileNotFoundError as exc:
         raise StorageError(f"cannot write {url}: {exc.strerror}") from exc
 

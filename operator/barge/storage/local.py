@@ -130,9 +130,9 @@ def open_read(where: Beneath) -> BinaryIO:
         raise
 
 
-def write_whole(where: Beneath, lines: Iterable[bytes], buffering: int) -> int:
-    """Write the file from lines through `<name>.partial`, renamed over it when complete (a local write appears
-    whole or not at all); folders are created on the way. Returns how many lines were written."""
+def write_whole(where: Beneath, lines: Iterable[bytes], buffering: int, end: bytes = b"\n") -> int:
+    """Write the file from lines (each followed by `end`) through `<name>.partial`, renamed over it when complete (a
+    local write appears whole or not at all); folders are created on the way. Returns how many lines were written."""
     name = where.names[-1]
     tmp = name + ".partial"
     count = 0
@@ -142,7 +142,7 @@ def write_whole(where: Beneath, lines: Iterable[bytes], buffering: int) -> int:
         fd = os.open(tmp, CREATE_FLAGS, 0o644, dir_fd=parent)
         with os.fdopen(fd, "wb", buffering=buffering) as out:
             for line in lines:
-                out.write(line + b"\n")
+                out.write(line + end)
                 count += 1
         os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)  # replaces a link at `name`, not its target
     return count
