@@ -432,6 +432,43 @@ def test_a_gateway_killed_after_create_leaves_one_job_that_the_retry_finds(
     assert ended(oai, retry.id).status == "completed"
 
 
+def test_an_anthropic_create_under_an_idempotency_key_is_made_once_even_if_the_gateway_dies(
+    gateway: str, teams: dict[str, Team], cluster: Cluster, operator: Operator
+) -> None:
+    """The Anthropic door honours Idempotency-Key as the OpenAI one does: a gateway SIGKILLed after it made the job
+    leaves one job, which the application's retry under the same key finds; the same key again (input not
+    rewritten) answers the same batch, in another team's namespace it names another, and a new key makes a new one."""
+    team = teams["globex"]
+    requests: Any = [
+        {"custom_id": f"i{n}", "params": {"model": POOL, "max_tokens": 16,
+                                          "messages": [{"role": "user", "content": f"q {n}"}]}}
+        for n in range(3)
+    ]  # fmt: skip
+    key = {"Idempotency-Key": os.urandom(8).hex()}
+    labelled = "barge.dev/gateway=anthropic"
+    before = kubectl_names(cluster, team.namespace, labelled)
+    with running_gateway(cluster, operator, BARGE_FAILPOINT="gateway-after-create") as (doomed, proc):
+        doomed_client = anthropic.Anthropic(api_key=team.token, base_url=doomed, max_retries=0, timeout=30)
+        with pytest.raises(anthropic.APIConnectionError):
+            doomed_client.messages.batches.create(requests=requests, extra_headers=key)
+        assert proc.wait(10) == -9  # SIGKILLed after the job was created, before it answered
+    made = kubectl_names(cluster, team.namespace, labelled) - before
+    assert len(made) == 1, made
+    ant = anthropic.Anthropic(api_key=team.token, base_url=gateway, max_retries=0, timeout=30)
+    retry = ant.messages.batches.create(requests=requests, extra_headers=key)
+    assert made == {f"gw-{retry.id.removeprefix('msgbatch_')}"}  # the job the killed gateway made
+    assert ant.messages.batches.create(requests=requests, extra_headers=key).id == retry.id
+    assert kubectl_names(cluster, team.namespace, labelled) - before == made  # and no second one
+    elsewhere = anthropic.Anthropic(api_key=teams["acme"].token, base_url=gateway, max_retries=0, timeout=30)
+    assert elsewhere.messages.batches.create(requests=requests, extra_headers=key).id != retry.id
+    fresh = ant.messages.batches.create(requests=requests, extra_headers={"Idempotency-Key": os.urandom(8).hex()})
+    assert fresh.id != retry.id
+    done = wait_for(
+        lambda: (b := ant.messages.batches.retrieve(retry.id)).processing_status == "ended" and b, 180, "ended"
+    )
+    assert done.request_counts.succeeded == 3
+
+
 def test_a_gateway_killed_mid_upload_stores_no_file(
     gateway: str, teams: dict[str, Team], cluster: Cluster, operator: Operator, tmp_path: Path
 ) -> None:

@@ -26,10 +26,12 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from kubernetes_asyncio.client.exceptions import ApiException
 
+from barge.batch import failpoints
 from barge.gateway import batches, files
 from barge.gateway.auth import Caller
-from barge.gateway.server import CHUNK, Gateway, HttpError, _take
+from barge.gateway.server import AFTER_CREATE, CHUNK, Gateway, HttpError, _take
 from barge.providers.chat_convert import Unconvertible, to_openai
 from barge.storage import StorageError, join, read_lines, write_lines
 
@@ -191,7 +193,14 @@ class MessageBatches:
         lines, model, cap = convert(requests)
         pool = await self.g.pool_for(caller, model)
         place = self.g.place(caller)
-        batch_id = PREFIX + files.new_file_id().removeprefix(files.FILE_PREFIX)
+        key = request.headers.get("Idempotency-Key")
+        if key:  # a retry finds the batch the first attempt made, and never rewrites its input
+            batch_id = batches.idempotent_id(caller.namespace, key, PREFIX, KIND)
+            made = await self.g.jobs.get(caller.namespace, str(batches.job_name(batch_id, PREFIX)))
+            if made is not None:
+                return _json(batch_object(self._same_kind(made)))
+        else:
+            batch_id = PREFIX + files.new_file_id().removeprefix(files.FILE_PREFIX)
         input_url = join(join(place.root, "anthropic"), batch_id + ".jsonl")
         await self.g._off_loop(write_lines, input_url, lines, place.storage)
         job = batches.build_job(
@@ -209,7 +218,23 @@ class MessageBatches:
             kind=KIND,
             prefix=PREFIX,
         )
-        return web.json_response(batch_object(await self.g.jobs.create(job)), dumps=lambda x: orjson.dumps(x).decode())
+        try:
+            made = await self.g.jobs.create(job)
+            failpoints.hit(AFTER_CREATE)  # crash tests: the job exists, the caller never heard of it
+        except ApiException as exc:
+            if exc.status != 409 or not key:
+                raise
+            made = await self.g.jobs.get(caller.namespace, str(job["metadata"]["name"]))  # a retry racing the first
+            if made is None:
+                raise
+            made = self._same_kind(made)
+        return _json(batch_object(made))
+
+    @staticmethod
+    def _same_kind(job: dict[str, Any]) -> dict[str, Any]:
+        if batches.kind_of(job) != KIND:
+            raise HttpError(409, "Idempotency-Key names an object that is not a message batch")
+        return job
 
     async def retrieve(self, request: web.Request) -> web.Response:
         caller = await self.g._caller(request, "get")

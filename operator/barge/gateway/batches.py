@@ -40,6 +40,14 @@ def new_batch_id() -> str:
     return BATCH_PREFIX + os.urandom(12).hex()
 
 
+def idempotent_id(namespace: str, key: str, prefix: str = BATCH_PREFIX, kind: str = "") -> str:
+    """The batch id an Idempotency-Key names: the same key in the same namespace (and API) names the same batch, so
+    a retried create finds the job the first attempt made. `kind` keeps one key's OpenAI and Anthropic batches apart
+    (their jobs share the gw-<24 hex> names; OpenAI's digest predates it and stays as it was)."""
+    salt = f"\x00{kind}" if kind else ""
+    return prefix + hashlib.sha256(f"{namespace}\x00{key}{salt}".encode()).hexdigest()[:24]
+
+
 def job_name(batch_id: str, prefix: str = BATCH_PREFIX) -> str | None:
     """The job of a batch id, or None for an id that is not one of the gateway's (a 404, never an API path)."""
     rest = batch_id.removeprefix(prefix)

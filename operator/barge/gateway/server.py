@@ -9,7 +9,6 @@ its existence elsewhere is never told), 400 BadRequestError (a bad file, with it
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -339,11 +338,7 @@ class Gateway:
         model = str(checked.get("model"))
         pool = await self.pool_for(caller, model)
         key = request.headers.get("Idempotency-Key")
-        if key:  # the same key in the same namespace names the same batch: a retry finds it
-            digest = hashlib.sha256(f"{caller.namespace}\x00{key}".encode()).hexdigest()[:24]
-            batch_id = batches.BATCH_PREFIX + digest
-        else:
-            batch_id = batches.new_batch_id()
+        batch_id = batches.idempotent_id(caller.namespace, key) if key else batches.new_batch_id()
         job = batches.build_job(
             batch_id,
             caller.namespace,
