@@ -123,3 +123,44 @@ def test_a_batch_outside_barge_on_a_pools_key_warns_the_pool(
     output = door_operator.output()  # (a fresh control plane may answer the pool's first reconcile 429: not ours)
     assert "second-door scan failed" not in output
     assert "second door: the event" not in output
+
+
+def test_a_finished_jobs_key_is_scanned_again_after_a_restart(
+    own_cluster: Cluster, door_operator: Operator, start_emulator: Factory
+) -> None:
+    """An idle key is where a second door goes unnoticed: a job runs to Succeeded, the operator stops, a batch is
+    created on the job's key outside Barge, and the restarted operator (which steps no finished job) still scans
+    the key and warns the job."""
+    cluster, namespace = own_cluster, "door-idle"
+    cluster.run_kubectl("create", "namespace", namespace)
+    cluster.run_kubectl("label", "namespace", namespace, "barge.dev/tenant=acme")
+    emu = start_emulator()
+    credential_secret(cluster, namespace, "openai", {"api-key": SECRET})
+    door_operator.start()
+    cluster.run_kubectl("-n", namespace, "apply", "-f", "-", input=job(emu.url, door_operator.workdir))
+
+    def phase() -> str:
+        return str((kubectl_json(cluster, "-n", namespace, "get", "lbj", "claims").get("status") or {}).get("phase"))
+
+    wait_for(lambda: phase() == "Succeeded", 120, "the job Succeeded")
+    door_operator.stop()
+
+    async def outside() -> str:
+        provider = provider_for("openai", emu.url, SECRET)
+        return str((await provider.create_batch(outside_lines(provider, "openai", 2), {})).id)
+
+    batch_id = asyncio.run(outside())
+    door_operator.start()  # a new process: nothing of the job's step is in memory
+
+    def warned() -> list[dict[str, Any]]:
+        events = kubectl_json(cluster, "-n", namespace, "get", "events", "--field-selector", "reason=SecondDoorBatches")
+        return [e for e in events["items"] if e["involvedObject"]["kind"] == "LLMBatchJob"]  # type: ignore[index]
+
+    (event,) = wait_for(warned, 60, "a SecondDoorBatches event on the finished job")
+    assert event["involvedObject"]["name"] == "claims"
+    assert batch_id in event["message"]
+    series = re.compile(r'^barge_provider_foreign_batches\{[^}]*tenant="acme"[^}]*\} (\S+)$', re.M)
+    assert wait_for(lambda: (m := series.search(door_operator.metrics())) and float(m.group(1)) == 1.0, 30, "gauge")
+    assert phase() == "Succeeded"
+    listed = {b["id"]: b for b in state(emu)["batches"]}
+    assert listed[batch_id]["status"] not in ("cancelling", "cancelled")  # never touched

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -26,6 +27,7 @@ from barge.operator import (
     reconcile_timer,
     schedules,
     second_door,
+    second_door_finished,
 )
 from barge.operator import login as inclusterlogin
 from barge.operator.cache import CachedKube
@@ -128,6 +130,16 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def seen_pool(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         memo["ctx"].book.observe(event)
         memo["ctx"].pools.observe(event)
+
+    if config.second_door_seconds > 0:  # a restarted operator steps no finished job: its key is scanned still
+
+        def finished(status: kopf.Status, **_: Any) -> bool:
+            return not jobs.is_running(dict(status))
+
+        @on.on.event(GROUP, VERSION, jobs.PLURAL, registry=registry, when=finished)
+        async def finished_job_credential(body: kopf.Body, meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
+            key = jobs.job_key({"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]})
+            await second_door_finished.remember(memo["ctx"], body, key, _poster(body), time.time())
 
     @on.on.event(
         GROUP,

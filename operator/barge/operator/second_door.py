@@ -60,6 +60,8 @@ class Doors:
     pools: dict[ClientSpec, dict[str, tuple[str, Poster]]] = field(default_factory=dict)
     foreign: dict[tuple[str, str, str], int] = field(default_factory=dict)
     reported: dict[str, None] = field(default_factory=dict)
+    finished: dict[str, None] = field(default_factory=dict)
+    """Finished jobs' keys already handed to the scan after a restart (operator/second_door_finished.py)."""
 
     def saw(self, spec: ClientSpec, tenant: str, key: str, post: Poster) -> None:
         if spec.kind in ("pool", "vllm") or not spec.guarded:
