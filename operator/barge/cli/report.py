@@ -159,7 +159,8 @@ def report_reconcile(
     azure_scope: Annotated[
         str | None,
         typer.Option(
-            help="Cost Management scope: /subscriptions/<id>[/resourceGroups/<name>].", envvar="AZURE_COST_SCOPE"
+            help="Cost Management scope: /subscriptions/<id>, or /subscriptions/<id>/resourceGroups/<name>.",
+            envvar="AZURE_COST_SCOPE",
         ),
     ] = None,
     azure_management_url: Annotated[str, typer.Option(envvar="AZURE_MANAGEMENT_URL")] = "https://management.azure.com",
