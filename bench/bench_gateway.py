@@ -15,6 +15,11 @@ either side). For each file size (BENCH_GATEWAY_LINES, default 10000,50000 OpenA
                  record read, the InferencePool looked up, the LLMBatchJob created
   floor: create  the API server's create of the same LLMBatchJob object (admin token, same client)
 
+  download       GET /v1/files/{id}/content of the uploaded file through the gateway (auth, the file's record, its
+                 lines read from storage and streamed out in chunks), the body read to its end
+  floor: raw     the same file from the trivial aiohttp server, streamed from disk in 64 KiB chunks
+  floor: read    barge.storage.read_lines of the same lines from the floor's copy, in this process
+
 then GET /v1/batches/{id} at 64 concurrent clients for BENCH_GATEWAY_SECONDS (5) against the API server's GET of
 the same job at 64 concurrent clients (the one call the gateway cannot avoid per status request). Each upload is
 sent twice and the faster counts; the gateway's peak RSS (VmHWM) after the uploads shows the streaming is not
@@ -45,7 +50,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for tools/
 from tools import localcluster
 
-from barge.storage import StoragePolicy, write_lines
+from barge.storage import StoragePolicy, read_lines, write_lines
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = [int(x) for x in os.environ.get("BENCH_GATEWAY_LINES", "10000,50000").split(",")]
@@ -78,14 +83,28 @@ def floor_server(port: int, folder: Path) -> None:
         size = 0
         while (part := await reader.next()) is not None:
             if isinstance(part, aiohttp.BodyPartReader) and part.name == "file":
-                with (folder / f"{os.urandom(6).hex()}.jsonl").open("wb") as out:
+                name = f"{os.urandom(6).hex()}.jsonl"
+                with (folder / name).open("wb") as out:
                     while chunk := await part.read_chunk(1 << 16):
                         out.write(chunk)
                         size += len(chunk)
-        return web.json_response({"bytes": size})
+        return web.json_response({"bytes": size, "name": name})
+
+    async def download(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if "/" in name or name.startswith("."):
+            raise web.HTTPNotFound()
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await response.prepare(request)
+        with (folder / name).open("rb") as source:
+            while chunk := source.read(1 << 16):
+                await response.write(chunk)
+        await response.write_eof()
+        return response
 
     app = web.Application(client_max_size=1 << 31)
     app.router.add_post("/upload", upload)
+    app.router.add_get("/download/{name}", download)
     web.run_app(app, host="127.0.0.1", port=port, print=None)
 
 
@@ -172,12 +191,31 @@ async def post_file(session: aiohttp.ClientSession, url: str, headers: dict[str,
         return time.perf_counter() - started, body
 
 
-def store(path: Path, prefix: str) -> float:
+def store(path: Path, prefix: str) -> tuple[float, str]:
     started = time.perf_counter()
+    url = f"{prefix}floor-{os.urandom(4).hex()}.jsonl"
     with path.open("rb") as handle:
         lines = (line.rstrip(b"\n") for line in handle)  # as the gateway hands them on: no newline
-        write_lines(f"{prefix}floor-{os.urandom(4).hex()}.jsonl", lines, StoragePolicy(prefixes=(prefix,)))
-    return time.perf_counter() - started
+        write_lines(url, lines, StoragePolicy(prefixes=(prefix,)))
+    return time.perf_counter() - started, url
+
+
+def read_back(url: str, prefix: str) -> tuple[float, int]:
+    started = time.perf_counter()
+    size = sum(len(line) + 1 for _, line in read_lines(url, StoragePolicy(prefixes=(prefix,))))
+    return time.perf_counter() - started, size
+
+
+async def get_body(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[float, int]:
+    """Seconds to read the whole body of `url`, and its bytes."""
+    started = time.perf_counter()
+    size = 0
+    async with session.get(url, headers=headers) as answer:
+        if answer.status != 200:
+            raise RuntimeError(f"{url}: {answer.status} {await answer.text()}")
+        async for chunk in answer.content.iter_chunked(1 << 16):
+            size += len(chunk)
+    return time.perf_counter() - started, size
 
 
 async def timed(call: Any) -> float:
@@ -211,7 +249,7 @@ async def measure(cluster: localcluster.Cluster, work: Path, gw: str, floor: str
     jobs_url = f"{server}/apis/barge.dev/v1alpha1/namespaces/{NS}/llmbatchjobs"
     prefix = f"file://{work}/store/bench/floor/"
     (work / "store" / "bench" / "floor").mkdir(parents=True)
-    rows = []
+    rows, downloads = [], []
     connector = aiohttp.TCPConnector(limit=CONCURRENCY)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
         last_batch = ""
@@ -224,9 +262,32 @@ async def measure(cluster: localcluster.Cluster, work: Path, gw: str, floor: str
                 if made.get("bytes") != size:
                     raise RuntimeError(f"gateway stored {made.get('bytes')} of {size} bytes")
                 through.append(seconds)
-                raw.append((await post_file(session, f"{floor}/upload", {}, path))[0])
-                stored.append(await asyncio.to_thread(store, path, prefix))
+                raw_seconds, raw_made = await post_file(session, f"{floor}/upload", {}, path)
+                raw.append(raw_seconds)
+                stored_seconds, stored_url = await asyncio.to_thread(store, path, prefix)
+                stored.append(stored_seconds)
             file_id = made["id"]
+            fetched, raw_fetched, read = [], [], []
+            for _ in range(2):
+                seconds, got = await get_body(session, f"{gw}/v1/files/{file_id}/content", auth)
+                if got != size:
+                    raise RuntimeError(f"gateway sent {got} of {size} bytes")
+                fetched.append(seconds)
+                raw_fetched.append((await get_body(session, f"{floor}/download/{raw_made['name']}", {}))[0])
+                read_seconds, read_size = await asyncio.to_thread(read_back, stored_url, prefix)
+                if read_size != size:
+                    raise RuntimeError(f"barge.storage read {read_size} of {size} bytes")
+                read.append(read_seconds)
+            mb = size / 1e6
+            downloads.append(
+                (
+                    f"{n:,} lines, {mb:.1f} MB",
+                    f"{min(fetched):.2f} s, {mb / min(fetched):.1f} MB/s",
+                    f"{min(raw_fetched):.2f} s, {mb / min(raw_fetched):.1f} MB/s "
+                    f"({min(fetched) / min(raw_fetched):.1f}x)",
+                    f"{min(read):.2f} s, {mb / min(read):.1f} MB/s ({min(fetched) / min(read):.1f}x)",
+                )
+            )
             rss = peak_rss_mb(gw_pid)
             body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
             creates, floors = [], []
@@ -285,6 +346,11 @@ async def measure(cluster: localcluster.Cluster, work: Path, gw: str, floor: str
     print("\n| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
     for row in rows:
+        print("| " + " | ".join(row) + " |")
+    down = ("file", "download via gateway", "floor: raw aiohttp download", "floor: barge.storage read")
+    print("\n| " + " | ".join(down) + " |")
+    print("|" + " --- |" * len(down))
+    for row in downloads:
         print("| " + " | ".join(row) + " |")
     print(
         f"\nGET /v1/batches/{{id}} at {CONCURRENCY} concurrent clients, {SECONDS:.0f} s: {gets:,.0f} req/s; "
