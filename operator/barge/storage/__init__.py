@@ -190,7 +190,22 @@ def locate(url: str, policy: StoragePolicy) -> tuple[Any, str]:
     except ImportError as exc:
         extra = " (pip install 'barge-operator[gcs]')" if protocol == "gcs" else ""
         raise StorageError(f"no filesystem for {scheme}:// is installed{extra}: {exc}") from exc
+    except ValueError as exc:  # adlfs with no account or credentials, a malformed option: say so, no traceback
+        raise StorageError(f"cannot use {url}: {exc}") from exc
     return fs, f"{parsed.netloc}{parsed.path}"
+
+
+def _no_credentials(exc: BaseException) -> bool:
+    """botocore found no (or half) credentials for s3://: a message for the user, not a traceback."""
+    try:
+        from botocore.exceptions import (  # type: ignore[import-untyped]
+            CredentialRetrievalError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+    except ImportError:  # pragma: no cover (botocore comes with s3fs, a dependency)
+        return False
+    return isinstance(exc, (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError))
 
 
 def _beneath(fs: Any, path: str, policy: StoragePolicy) -> local.Beneath | None:
@@ -230,6 +245,8 @@ def _errors(url: str, missing: str, doing: str = "open") -> Iterator[None]:
             raise StorageError(f"{missing}: {url}") from exc
         if isinstance(exc, OSError):
             raise StorageError(f"cannot {doing} {url}: {exc.strerror or exc}") from exc
+        if _no_credentials(exc):
+            raise StorageError(f"cannot {doing} {url}: no credentials for it ({exc})") from exc
         raise
 
 
