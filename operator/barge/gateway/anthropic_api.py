@@ -29,7 +29,7 @@ from aiohttp import web
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from barge.batch import failpoints
-from barge.gateway import batches, files
+from barge.gateway import answers, batches, files
 from barge.gateway.auth import Caller
 from barge.gateway.server import AFTER_CREATE, CHUNK, Gateway, HttpError, _take
 from barge.providers.chat_convert import Unconvertible, to_openai
@@ -89,13 +89,14 @@ def result_line(item: dict[str, Any], model: str) -> dict[str, Any]:
     custom_id = str(item.get("id") or "")
     if item.get("status") in ("succeeded", "refused"):
         usage = item.get("usage") or {}
+        content, stop = answers.anthropic_content(item)  # tool use and the stop reason, whichever API answered
         message = {
             "id": "msg_" + custom_id.encode().hex()[:24],
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [{"type": "text", "text": item.get("output") or ""}],
-            "stop_reason": "refusal" if item.get("status") == "refused" else "end_turn",
+            "content": content,
+            "stop_reason": stop,
             "stop_sequence": None,
             "usage": {
                 "input_tokens": int(usage.get("input_tokens") or 0),

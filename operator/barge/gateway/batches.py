@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from barge.gateway import answers
+
 LABEL = "barge.dev/gateway"
 ANNOTATION = "barge.dev/gateway-batch"
 JOB_PREFIX = "gw-"
@@ -202,19 +204,13 @@ def output_line(result: dict[str, Any], batch_id: str, model: str) -> dict[str, 
     usage = result.get("usage") or {}
     tin, tout = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
     rid = _request_id(custom_id, batch_id)
+    message, finish = answers.openai_message(result)  # tool calls and the stop reason, whichever API answered
     body = {
         "id": f"chatcmpl-{rid}",
         "object": "chat.completion",
         "created": 0,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": result.get("output") or "", "refusal": None},
-                "finish_reason": "content_filter" if result.get("status") == "refused" else "stop",
-                "logprobs": None,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
         "usage": {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout},
     }
     return {
