@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from barge.providers.chat_convert import openai_tool_call
+
 #: Anthropic stop_reason -> OpenAI finish_reason.
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
           "tool_use": "tool_calls", "refusal": "content_filter"}  # fmt: skip
@@ -48,9 +50,8 @@ def _tool_calls(result: dict[str, Any]) -> list[dict[str, Any]]:
         return calls
     for block in _dicts(result.get("content")):
         if block.get("type") == "tool_use":
-            arguments = orjson.dumps(block.get("input") if isinstance(block.get("input"), dict) else {}).decode()
-            calls.append({"id": str(block.get("id") or ""), "type": "function",
-                          "function": {"name": str(block.get("name") or ""), "arguments": arguments}})  # fmt: skip
+            arguments = block.get("input") if isinstance(block.get("input"), dict) else {}
+            calls.append(openai_tool_call(str(block.get("id") or ""), str(block.get("name") or ""), arguments))
     return calls
 
 

@@ -192,6 +192,12 @@ def _blocks_text(content: Any, where: str) -> str:
     return "".join(texts)
 
 
+def openai_tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """An OpenAI function tool call (arguments as JSON text) from an Anthropic tool_use block's parts."""
+    function = {"name": name, "arguments": orjson.dumps(arguments).decode()}
+    return {"id": call_id, "type": "function", "function": function}
+
+
 def _back_message(message: Any, n: int) -> list[dict[str, Any]]:
     where = f"messages[{n}]"
     if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
@@ -205,11 +211,7 @@ def _back_message(message: Any, n: int) -> list[dict[str, Any]]:
     if role == "assistant" and "tool_use" in kinds:
         text = _blocks_text([b for b in content if b.get("type") != "tool_use"], f"{where}.content")
         calls = [
-            {
-                "id": str(b.get("id", "")),
-                "type": "function",
-                "function": {"name": str(b.get("name", "")), "arguments": orjson.dumps(b.get("input") or {}).decode()},
-            }
+            openai_tool_call(str(b.get("id", "")), str(b.get("name", "")), b.get("input") or {})
             for b in content
             if b.get("type") == "tool_use"
         ]
