@@ -4,6 +4,7 @@ read from a real SQLite ledger, and the waves that take each upstream line once.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,12 @@ from pydantic import ValidationError
 
 from barge.api.batchjob import FromJobSpec, InputSpec
 from barge.batch.outputs import write_outputs
+from barge.batch.outputs_parquet import Form
 from barge.cascade.feed import taken, wave
 from barge.cascade.lines import inline_lines
 from barge.cascade.select import SelectError, Selector, activation, parsed_output
 from barge.cascade.source import Upstream, final_results
+from barge.columnar import read_rows
 from barge.ledger import ItemUpdate, Ledger
 from barge.providers.content import pack
 from barge.storage import StoragePolicy
@@ -161,19 +164,28 @@ def test_packed_outputs_give_their_text_and_tool_calls_to_select(tmp_path: Path)
     assert [json.loads(raw) for _, raw in found.chosen] == [{"args": call[0]["function"], "id": "c1"}]
 
 
-def test_output_json_of_a_structured_upstream_is_read_back_from_its_results_jsonl(tmp_path: Path) -> None:
-    """The upstream ended and dropped its outputs: results.jsonl, as outputs.write_outputs writes it for a job
-    with spec.request.responseFormat (output_json beside output), is what select reads."""
+@pytest.mark.parametrize("output_format", ["jsonl", "parquet"])
+def test_output_json_of_a_structured_upstream_is_read_back_from_its_results_file(
+    tmp_path: Path, output_format: str
+) -> None:
+    """The upstream ended and dropped its outputs: results.jsonl (or results.parquet, spec.output.format), as
+    outputs.write_outputs writes it for a job with spec.request.responseFormat (output_json beside output), is what
+    select reads."""
     ledger = Ledger(str(tmp_path / "l.db"))
-    up = _upstream(tmp_path, ledger, 3, terminal=True)
+    up = replace(_upstream(tmp_path, ledger, 3, terminal=True), output_format=output_format)
     answers = [{"complex": True, "category": "fire"}, {"complex": False, "category": "glass"}, {"complex": True}]
     ledger.apply(
         "ns/up/u1",
         [ItemUpdate(f"cls-c{i}", "succeeded", output=json.dumps(a), attempts=1) for i, a in enumerate(answers, 1)],
     )
-    write_outputs(ledger, "ns/up/u1", up.output_url, StoragePolicy(), structured=True)
-    written = [json.loads(x) for x in (Path(up.output_url) / "results.jsonl").read_text().splitlines()]
-    assert [r["output_json"] for r in written] == answers
+    write_outputs(ledger, "ns/up/u1", up.output_url, StoragePolicy(), True, Form(output_format))
+    if output_format == "jsonl":
+        written = [json.loads(x) for x in (Path(up.output_url) / "results.jsonl").read_text().splitlines()]
+        assert [r["output_json"] for r in written] == answers
+    else:
+        assert not (Path(up.output_url) / "results.jsonl").exists()
+        rows = read_rows(str(Path(up.output_url) / "results.parquet"))
+        assert [json.loads(r["output_json"]) for r in rows] == answers
     ledger.apply("ns/up/u1", [ItemUpdate(f"cls-c{i}", "succeeded", attempts=1) for i in (1, 2, 3)])  # texts dropped
     assert {row[1] for row in ledger.iter_items("ns/up/u1", "output", ("succeeded",))} == {None}
     s = selector(COMPLEX, category="has(output_json.category) ? output_json.category : 'unknown'")

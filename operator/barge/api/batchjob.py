@@ -398,7 +398,7 @@ class BudgetSpec(Model):
 
 
 class OutputSpec(Model):
-    """Where results.jsonl and failures.jsonl are written as results arrive."""
+    """Where results.jsonl and failures.jsonl (or results.parquet and failures.parquet) are written."""
 
     url: str = Field(
         min_length=1,
@@ -412,6 +412,17 @@ class OutputSpec(Model):
         "connection_string, or account_name + account_key or sas_token; gs service_account.json. Required for "
         "object storage unless the admin allows the operator's own credentials.",
     )
+    format: Literal["jsonl", "parquet"] = Field(
+        "jsonl",
+        description="jsonl: results.jsonl and failures.jsonl, one JSON object per line. parquet: results.parquet "
+        "and failures.parquet (zstd), the same fields as typed columns; for embeddings the vector as a fixed-size "
+        "float32 list column `embedding` (its length spec.request.dimensions, else the first vector's). Content "
+        "kept beside the text (tool calls, blocks, output_json) is a JSON text column.",
+    )
+
+    @property
+    def results_name(self) -> str:
+        return "results.parquet" if self.format == "parquet" else "results.jsonl"
 
 
 DURATION = r"^[0-9]{1,6}[smhd]$"
@@ -594,7 +605,9 @@ class LLMBatchJobStatus(Model):
     usage: Usage = Field(default_factory=Usage, description="Tokens and cost.")
     started_at: str | None = Field(None, description="When work started (RFC 3339).")
     completed_at: str | None = Field(None, description="When the job became terminal (RFC 3339).")
-    results_url: str | None = Field(None, alias="resultsURL", description="Where results.jsonl is.")
+    results_url: str | None = Field(
+        None, alias="resultsURL", description="Where results.jsonl (or results.parquet) is."
+    )
     message: str = Field("", description="A human-readable summary of the current state.")
 
 

@@ -1,4 +1,5 @@
-"""results.jsonl and failures.jsonl, written from the ledger in line order, streamed.
+"""results.jsonl and failures.jsonl, written from the ledger in line order, streamed (or, for
+`spec.output.format: parquet`, results.parquet and failures.parquet from the same rows: batch/outputs_parquet.py).
 
 Every input line appears in exactly one of the two: succeeded and refused items in results.jsonl, invalid
 and failed items in failures.jsonl (with the line number and the reason); except invalid lines past the policy's
@@ -14,15 +15,18 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from itertools import islice
 from operator import itemgetter
 from typing import Any
 
 import orjson
 
+from barge.batch import outputs_parquet
+from barge.batch.outputs_parquet import JSONL, Form
 from barge.batch.structured import output_json
 from barge.ledger import Ledger
 from barge.providers.content import unpack
-from barge.storage import StoragePolicy, join, write_lines
+from barge.storage import StoragePolicy, join, write_lines, write_stream
 
 RESULT_STATES = ("succeeded", "refused")
 FAILURE_STATES = ("invalid", "failed")
@@ -45,10 +49,10 @@ def _in_line_order(
     return heapq.merge(*pages, key=itemgetter(0))
 
 
-def result_lines(ledger: Ledger, job: str, structured: bool = False) -> Iterator[bytes]:
+def result_rows(ledger: Ledger, job: str, structured: bool = False) -> Iterator[dict[str, Any]]:
     """`structured`: the job asked for spec.request.responseFormat, so every succeeded output was checked against
     it (batch/structured.py) and is written parsed too, as `output_json`. Content kept beside the text (tool calls,
-    blocks, stop reasons: providers/content.py) is written beside `output`."""
+    blocks, stop reasons, an embedding: providers/content.py) is written beside `output`."""
     for _, item_id, cid, state, output, tin, tout, tcr, tcw, via, attempts in _in_line_order(
         ledger, job, RESULT_COLUMNS, RESULT_STATES
     ):
@@ -56,27 +60,29 @@ def result_lines(ledger: Ledger, job: str, structured: bool = False) -> Iterator
         line: dict[str, Any] = {"id": item_id, "custom_id": cid, "status": state, "output": text}
         if structured and state == "succeeded":
             line["output_json"] = output_json(text)
-        yield orjson.dumps(
-            {
-                **line,
-                **kept,
-                "usage": {
-                    "input_tokens": tin,
-                    "output_tokens": tout,
-                    "cache_read_tokens": tcr,
-                    "cache_write_tokens": tcw,
-                },
-                "via": via or "batch",
-                "attempt": attempts,
-            }
-        )
+        yield {
+            **line,
+            **kept,
+            "usage": {
+                "input_tokens": tin,
+                "output_tokens": tout,
+                "cache_read_tokens": tcr,
+                "cache_write_tokens": tcw,
+            },
+            "via": via or "batch",
+            "attempt": attempts,
+        }
 
 
-def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
+def result_lines(ledger: Ledger, job: str, structured: bool = False) -> Iterator[bytes]:
+    return (orjson.dumps(row) for row in result_rows(ledger, job, structured))
+
+
+def failure_rows(ledger: Ledger, job: str) -> Iterator[dict[str, Any]]:
     for line, item_id, cid, state, reason, error_type in _in_line_order(
         ledger, job, "item_id, custom_id, state, reason, error_type", FAILURE_STATES
     ):
-        yield orjson.dumps(
+        yield (
             {
                 "line": line,
                 "id": item_id,
@@ -89,7 +95,7 @@ def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
     row = ledger.job(job) or {}
     unlisted = int(row.get("unlisted") or 0)
     if unlisted:
-        yield orjson.dumps(
+        yield (
             {
                 "line": None,
                 "id": None,
@@ -103,9 +109,44 @@ def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
         )
 
 
+def failure_lines(ledger: Ledger, job: str) -> Iterator[bytes]:
+    return (orjson.dumps(row) for row in failure_rows(ledger, job))
+
+
+def first_vector_dims(ledger: Ledger, job: str, look: int = 100) -> int:
+    """The length of the job's first vector among its first `look` succeeded items (0: none has one)."""
+    rows = ledger.iter_items(job, "output", ("succeeded",), page_size=look)
+    try:
+        kept = ({"embedding": unpack(out or "")[1].get("embedding")} for _, out in islice(rows, look))
+        return outputs_parquet.first_dims(kept)
+    finally:
+        rows.close()  # type: ignore[attr-defined]
+
+
 def write_outputs(
-    ledger: Ledger, job: str, output_url: str, policy: StoragePolicy, structured: bool = False
+    ledger: Ledger,
+    job: str,
+    output_url: str,
+    policy: StoragePolicy,
+    structured: bool = False,
+    form: Form = JSONL,
 ) -> tuple[int, int]:
+    """Both files; how many lines (rows) each has."""
+    if form.format == "parquet":
+        dims = form.dims if form.dims is not None or not form.vectors else first_vector_dims(ledger, job)
+        ok = write_stream(
+            join(output_url, "results.parquet"),
+            lambda out: outputs_parquet.write_results(
+                out, result_rows(ledger, job, structured), form, structured, dims
+            ),
+            policy,
+        )
+        bad = write_stream(
+            join(output_url, "failures.parquet"),
+            lambda out: outputs_parquet.write_failures(out, failure_rows(ledger, job)),
+            policy,
+        )
+        return ok, bad
     ok = write_lines(join(output_url, "results.jsonl"), result_lines(ledger, job, structured), policy)
     bad = write_lines(join(output_url, "failures.jsonl"), failure_lines(ledger, job), policy)
     return ok, bad

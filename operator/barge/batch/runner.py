@@ -35,6 +35,7 @@ from barge.batch.ingest import give_up, ingest, report_events
 from barge.batch.job import EngineSettings, Job
 from barge.batch.offloop import run as off_loop
 from barge.batch.outputs import write_outputs
+from barge.batch.outputs_parquet import Form
 from barge.batch.render import PlanError
 from barge.batch.snapshot import LEDGER_MISMATCH, Snapshot, build_snapshot, ledger_mismatch, mismatch_message
 from barge.budget_policy import BudgetPolicy
@@ -464,7 +465,14 @@ class JobRunner:
         """A failed job's outputs, off the engine loop (batch/offloop.py), then its texts dropped."""
         job = self.job
         await off_loop(
-            "outputs", write_outputs, self.ledger, job.key, job.spec.output.url, job.storage, self.checker is not None
+            "outputs",
+            write_outputs,
+            self.ledger,
+            job.key,
+            job.spec.output.url,
+            job.storage,
+            self.checker is not None,
+            Form.of(job.spec),
         )
         retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
 
@@ -485,6 +493,7 @@ class JobRunner:
                 job.spec.output.url,
                 job.storage,
                 self.checker is not None,
+                Form.of(job.spec),
             )
         finally:
             if dropping is not None:

@@ -257,7 +257,9 @@ def build_snapshot(
         message,
         rfc3339(row.get("started_at")),
         rfc3339(row.get("completed_at")),
-        job.spec.output.url.rstrip("/") + "/results.jsonl" if phase in ("Succeeded", "Failed") else None,
+        job.spec.output.url.rstrip("/") + "/" + job.spec.output.results_name
+        if phase in ("Succeeded", "Failed")
+        else None,
         slack,
         {"ledger_mismatch": unknown_batches} if unknown_batches else {},
     )

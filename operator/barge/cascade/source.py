@@ -2,7 +2,8 @@
 
 An upstream item is final once succeeded, refused or failed; its row then holds its output until the upstream
 ends and drops its texts (spec.retention.keepOutputsFor), by which time results.jsonl holds them. So a final row
-with its output is read from the ledger; one whose output was dropped is read from the upstream's results.jsonl,
+with its output is read from the ledger; one whose output was dropped is read from the upstream's results.jsonl
+(results.parquet for an upstream with spec.output.format parquet),
 once the upstream is terminal (it is written before the texts are dropped). Rows come in line order, a page at a
 time; `skip` (lines the downstream has already taken) is checked before any text is kept. An output stored packed
 (tool calls, content blocks: providers/content.py) is read as its text, with its kept keys beside it.
@@ -16,9 +17,11 @@ from typing import Any
 
 import orjson
 
+from barge.batch.outputs_parquet import result_from_row
+from barge.columnar import read_rows
 from barge.ledger import Ledger
 from barge.providers.content import unpack
-from barge.storage import StoragePolicy, join, read_lines
+from barge.storage import StorageError, StoragePolicy, join, open_binary, read_lines
 
 FINAL = ("succeeded", "refused", "failed")
 COLUMNS = "item_id, custom_id, state, output, input_tokens, output_tokens, reason"
@@ -39,6 +42,8 @@ class Upstream:
     lines: Callable[[], Iterator[tuple[int, bytes]]]
     """Its input lines, for the `input` fields of each result."""
     deadline: float | None = None
+    output_format: str = "jsonl"
+    """Its spec.output.format: the dropped outputs are read from results.jsonl or results.parquet."""
 
 
 def final_results(ledger: Ledger, up: Upstream, skip: Container[int]) -> Iterator[dict[str, Any]]:
@@ -65,13 +70,25 @@ def final_results(ledger: Ledger, up: Upstream, skip: Container[int]) -> Iterato
         }
     if not dropped or not up.terminal:
         return
+    for result in _written_results(up):
+        found = dropped.pop(str(result.get("custom_id")), None)
+        if found is not None:
+            yield {**result, "line": found[0], "id": result.get("id", found[1])}
+
+
+def _written_results(up: Upstream) -> Iterator[dict[str, Any]]:
+    """The upstream's written result lines, from results.parquet or results.jsonl."""
+    if up.output_format == "parquet":
+        with open_binary(join(up.output_url, "results.parquet"), up.storage) as handle:
+            try:
+                yield from (result_from_row(row) for row in read_rows(handle))
+            except ValueError as exc:  # Barge wrote it: a file that is not Parquet has no results to give
+                raise StorageError(f"{up.output_url}/results.parquet: {exc}") from None
+        return
     for _, raw in read_lines(join(up.output_url, "results.jsonl"), up.storage):
         try:
             result = orjson.loads(raw)
         except orjson.JSONDecodeError:  # Barge wrote it; a line that is not JSON is not a result
             continue
-        if not isinstance(result, dict):
-            continue
-        found = dropped.pop(str(result.get("custom_id")), None)
-        if found is not None:
-            yield {**result, "line": found[0], "id": result.get("id", found[1])}
+        if isinstance(result, dict):
+            yield result

@@ -98,15 +98,14 @@ def report_focus(
         str | None,
         typer.Option(
             "--format",
-            help="csv or parquet (typed columns; needs the optional pyarrow: pip install 'barge-operator[parquet]'). "
-            "Default: parquet when --out ends in .parquet, else csv.",
+            help="csv or parquet (typed columns). Default: parquet when --out ends in .parquet, else csv.",
         ),
     ] = None,
 ) -> None:
     """Write FinOps FOCUS 1.2 cost and usage rows (CSV or Parquet) for --from to --to."""
     from barge.batch import prices
     from barge.ledger import Ledger
-    from barge.reports import export, focus, parquet
+    from barge.reports import export, focus
     from barge.storage import StoragePolicy
 
     if period not in ("hour", "day"):
@@ -114,8 +113,6 @@ def report_focus(
     chosen = file_format or ("parquet" if out.lower().endswith(".parquet") else "csv")
     if chosen not in ("csv", "parquet"):
         raise typer.BadParameter("--format must be csv or parquet")
-    if chosen == "parquet" and not parquet.available():
-        raise typer.BadParameter(parquet.MISSING)  # before reading the ledger or writing anything
     lo, hi = window(start, end)
     book = Ledger(ledger)
     try:

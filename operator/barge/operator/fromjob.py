@@ -92,6 +92,7 @@ async def prepare(ctx: Context, meta: dict[str, Any], spec: LLMBatchJobSpec, job
         storage=admitted.output,
         lines=await _lines(ctx, namespace, upstream_spec, admitted),
         deadline=upstream_spec.deadline.timestamp() if upstream_spec.deadline else None,
+        output_format=upstream_spec.output.format,
     )
     factory = functools.partial(CascadeRunner, upstream=upstream, selector=Selector.compile(source))
     return replace(job, lines=inline_lines([])), factory

@@ -3,8 +3,7 @@
 Reads the spend rows of [start, end) (ledger/spend.py: one range of the hour index), builds the rows
 (reports/focus.py) and writes one CSV object through barge.storage, so a file:// URL gets the same whole-or-nothing
 write and an s3:// or az:// URL the same credentials as a job's output. `barge report focus` also writes Parquet
-(reports/parquet.py) where pyarrow, an optional extra, is installed; the operator's daily file is CSV (the image has
-no pyarrow).
+(reports/parquet.py); the operator's daily file is CSV.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from barge.batch import prices
 from barge.ledger import Ledger, spend
 from barge.reports import focus, parquet
-from barge.storage import StoragePolicy, join, write_lines
+from barge.storage import StoragePolicy, join, write_lines, write_stream
 
 DAY = 86400
 
@@ -41,11 +40,8 @@ def write_csv(url: str, rows: list[dict[str, str]], policy: StoragePolicy) -> in
 
 
 def write_parquet(url: str, rows: list[dict[str, str]], policy: StoragePolicy) -> int:
-    """The rows as one Parquet object at `url` (reports/parquet.py); how many rows. ParquetUnavailable without
-    pyarrow, before anything is written."""
-    data = parquet.to_parquet(rows)
-    write_lines(url, [data], policy, end=b"")
-    return len(rows)
+    """The rows as one Parquet object at `url` (reports/parquet.py); how many rows."""
+    return write_stream(url, lambda out: parquet.write(out, rows), policy)
 
 
 def daily_name(day_start: float) -> str:

@@ -1,68 +1,55 @@
 """FOCUS rows as one Parquet file (`barge report focus --format parquet`), typed as FOCUS 1.2's columns are:
 Decimal columns as decimal128(38, 18) (exact, never a float), DateTime columns as UTC timestamps, the token counts
 of Barge's x_ columns as int64, every other column (KeyValue ones as their JSON object) as a string; an empty
-value is a null. The FOCUS version is in the file's metadata and in its x_FocusVersion column.
-
-pyarrow is an optional extra (`pip install 'barge-operator[parquet]'`): ~170 MB installed, it would more than
-double Barge's image, whose daily export is CSV. Without it this says so instead of writing anything.
+value is a null. The FOCUS version is in the file's metadata and in its x_FocusVersion column. Written by
+barge.columnar (in the image: the operator's daily file can be Parquet too).
 """
 
 from __future__ import annotations
 
-import importlib
-import io
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, BinaryIO
 
+from barge.columnar import Column, write_parquet
 from barge.reports import focus
 
-PRECISION, SCALE = 38, 18
+SCALE = 18
 QUANTUM = Decimal(1).scaleb(-SCALE)
-MISSING = "writing Parquet needs pyarrow: pip install 'barge-operator[parquet]' (Barge's image writes CSV only)"
+#: Rows per Parquet batch (a day of hourly rows is a few thousand).
+BATCH = 5000
 
 
-class ParquetUnavailable(RuntimeError):
-    """pyarrow is not installed."""
-
-
-def _pyarrow() -> tuple[Any, Any]:
-    try:
-        return importlib.import_module("pyarrow"), importlib.import_module("pyarrow.parquet")
-    except ImportError as exc:
-        raise ParquetUnavailable(MISSING) from exc
-
-
-def available() -> bool:
-    try:
-        _pyarrow()
-    except ParquetUnavailable:
-        return False
-    return True
-
-
-def _column(pa: Any, name: str, values: list[str]) -> tuple[Any, list[Any]]:
+def _column(name: str) -> Column:
     if name in focus.DECIMALS:
-        return pa.decimal128(PRECISION, SCALE), [Decimal(v).quantize(QUANTUM) if v else None for v in values]
+        return Column(name, "decimal")
     if name in focus.DATETIMES:
-        return pa.timestamp("s", tz="UTC"), [
-            datetime.strptime(v, focus.DATETIME_FORMAT).replace(tzinfo=UTC) if v else None for v in values
-        ]
+        return Column(name, "timestamp")
     if name in focus.INTEGERS:
-        return pa.int64(), [int(v) if v else None for v in values]
-    return pa.string(), [v or None for v in values]
+        return Column(name, "int64")
+    return Column(name, "string")
 
 
-def to_parquet(rows: Sequence[dict[str, str]]) -> bytes:
+def _values(column: Column, values: list[str]) -> list[Any]:
+    if column.kind == "decimal":
+        return [str(Decimal(v).quantize(QUANTUM)) if v else None for v in values]
+    if column.kind == "timestamp":
+        return [
+            int(datetime.strptime(v, focus.DATETIME_FORMAT).replace(tzinfo=UTC).timestamp()) if v else None
+            for v in values
+        ]
+    if column.kind == "int64":
+        return [int(v) if v else None for v in values]
+    return [v or None for v in values]
+
+
+def write(out: BinaryIO, rows: Sequence[dict[str, str]]) -> int:
     """The rows (focus.build_rows) as a Parquet file of every column of focus.COLUMNS, in order, zstd-compressed."""
-    pa, pq = _pyarrow()
-    fields, arrays = [], []
-    for name in focus.COLUMNS:
-        kind, data = _column(pa, name, [row.get(name, "") for row in rows])
-        fields.append(pa.field(name, kind, nullable=True))
-        arrays.append(pa.array(data, type=kind))
-    schema = pa.schema(fields, metadata={"focus_version": focus.FOCUS_VERSION, "generator": "barge"})
-    buffer = io.BytesIO()
-    pq.write_table(pa.Table.from_arrays(arrays, schema=schema), buffer, compression="zstd")
-    return buffer.getvalue()
+    columns = [_column(name) for name in focus.COLUMNS]
+    batches = (
+        [_values(c, [row.get(c.name, "") for row in rows[start : start + BATCH]]) for c in columns]
+        for start in range(0, len(rows), BATCH)
+    )
+    metadata = {"focus_version": focus.FOCUS_VERSION, "generator": "barge"}
+    return write_parquet(out, columns, batches, metadata)

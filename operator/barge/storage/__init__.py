@@ -18,10 +18,10 @@ import contextlib
 import ipaddress
 import os
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlparse
 
 import fsspec
@@ -46,9 +46,11 @@ __all__ = [
     "credential_options",
     "join",
     "locate",
+    "open_binary",
     "read_lines",
     "read_text",
     "write_lines",
+    "write_stream",
 ]
 
 BOM = b"\xef\xbb\xbf"
@@ -257,6 +259,12 @@ def _open_read(url: str, policy: StoragePolicy, missing: str) -> Any:
         return local.open_read(where) if where is not None else fs.open(path, "rb")
 
 
+def open_binary(url: str, policy: StoragePolicy) -> Any:
+    """A seekable binary handle on one object/file (a Parquet reader's input), under the same checks as read_lines;
+    the caller closes it (`with`)."""
+    return _open_read(url, policy, "not found")
+
+
 def read_lines(url: str, policy: StoragePolicy, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, line without its end) for every line, streamed; a UTF-8 BOM is dropped.
 
@@ -340,6 +348,27 @@ def write_lines(url: str, lines: Iterable[bytes], policy: StoragePolicy, end: by
         fs.makedirs(where.root, exist_ok=True)
     try:
         return local.write_whole(where, lines, WRITE_BUFFER, end)
+    except FileNotFoundError as exc:
+        raise StorageError(f"cannot write {url}: {exc.strerror}") from exc
+
+
+def write_stream(url: str, write: Callable[[BinaryIO], int], policy: StoragePolicy) -> int:
+    """Write one object/file by handing `write` a binary handle (a Parquet writer, say); returns what `write`
+    returns. The same rules as write_lines: a local file appears whole or not at all, created fresh, never through a
+    planted link; an object store gets the same credentials and endpoint checks."""
+    fs, path = locate(url, policy)
+    if not isinstance(fs, LocalFileSystem):
+        with _errors(url, "cannot write", "write"), fs.open(path, "wb") as out:
+            return write(out)
+    _checked("file://" + path + ".partial", policy)
+    where = _beneath(fs, path, policy)
+    if where is None:  # a local run: the user's own folder
+        folder, _, name = path.rpartition("/")
+        where = local.Beneath(folder or "/", (name,))
+        fs.makedirs(where.root, exist_ok=True)
+    try:
+        with local.open_whole(where, WRITE_BUFFER) as out:
+            return write(out)
     except FileNotFoundError as exc:
         raise StorageError(f"cannot write {url}: {exc.strerror}") from exc
 

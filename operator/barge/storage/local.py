@@ -130,19 +130,31 @@ def open_read(where: Beneath) -> BinaryIO:
         raise
 
 
-def write_whole(where: Beneath, lines: Iterable[bytes], buffering: int, end: bytes = b"\n") -> int:
-    """Write the file from lines (each followed by `end`) through `<name>.partial`, renamed over it when complete (a
-    local write appears whole or not at all); folders are created on the way. Returns how many lines were written."""
+@contextlib.contextmanager
+def open_whole(where: Beneath, buffering: int) -> Iterator[BinaryIO]:
+    """A binary handle on `<name>.partial`, renamed over `<name>` when the block ends without an error (a local
+    write appears whole or not at all); folders are created on the way. On an error the partial file is removed."""
     name = where.names[-1]
     tmp = name + ".partial"
-    count = 0
     with folder(where, create=True) as parent:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=parent)  # a planted link is removed itself, never what it points to
         fd = os.open(tmp, CREATE_FLAGS, 0o644, dir_fd=parent)
-        with os.fdopen(fd, "wb", buffering=buffering) as out:
-            for line in lines:
-                out.write(line + end)
-                count += 1
+        try:
+            with os.fdopen(fd, "wb", buffering=buffering) as out:
+                yield out
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=parent)
+            raise
         os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)  # replaces a link at `name`, not its target
+
+
+def write_whole(where: Beneath, lines: Iterable[bytes], buffering: int, end: bytes = b"\n") -> int:
+    """Write the file from lines (each followed by `end`) through open_whole; returns how many lines were written."""
+    count = 0
+    with open_whole(where, buffering) as out:
+        for line in lines:
+            out.write(line + end)
+            count += 1
     return count
