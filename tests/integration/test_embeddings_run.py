@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -24,7 +25,7 @@ from tests.integration.test_cli_run import barge
 COUNT = 40
 
 
-def manifest(tmp_path: Path, provider: dict[str, Any], **request: Any) -> Path:
+def manifest(tmp_path: Path, provider: dict[str, Any], output_format: str = "jsonl", **request: Any) -> Path:
     lines = [json.dumps({"id": f"doc-{n}", "text": f"document number {n}"}) for n in range(COUNT)]
     (tmp_path / "docs.jsonl").write_text("\n".join(lines) + "\n")
     doc = {
@@ -34,7 +35,7 @@ def manifest(tmp_path: Path, provider: dict[str, Any], **request: Any) -> Path:
         "spec": {
             "provider": {"secretRef": {"name": "k"}, **provider},
             "input": {"url": "docs.jsonl"},
-            "output": {"url": "out/"},
+            "output": {"url": "out/", "format": output_format},
             "request": {"endpoint": "embeddings", "template": "passage: {{ text }}", **request},
         },
     }
@@ -43,16 +44,41 @@ def manifest(tmp_path: Path, provider: dict[str, Any], **request: Any) -> Path:
     return path
 
 
+def written(out: Path, output_format: str, encoding: str) -> list[dict[str, Any]]:
+    """results.jsonl's lines with each vector as floats; or results.parquet's rows (read by pyarrow, a reader of
+    its own) shaped as those lines."""
+    if output_format == "jsonl":
+        lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+        for line in lines:
+            line["embedding"] = line["embedding"] if encoding == "float" else from_base64(line["embedding"])
+        return lines
+    assert not (out / "results.jsonl").exists()
+    table = pq.read_table(out / "results.parquet")
+    assert str(table.schema.field("embedding").type) == "fixed_size_list<item: float not null>[24]"
+    return [
+        {**row, "usage": {"input_tokens": row["input_tokens"], "output_tokens": row["output_tokens"]}}
+        for row in table.to_pylist()
+    ]
+
+
 @pytest.mark.parametrize(
-    ("kind", "model", "encoding"),
-    [("openai", "text-embedding-3-small", "float"), ("azure-openai", "text-embedding-3-small-batch", "base64")],
+    ("kind", "model", "encoding", "output_format"),
+    [
+        ("openai", "text-embedding-3-small", "float", "jsonl"),
+        ("azure-openai", "text-embedding-3-small-batch", "base64", "jsonl"),
+        ("openai", "text-embedding-3-small", "float", "parquet"),
+        ("azure-openai", "text-embedding-3-small-batch", "base64", "parquet"),
+    ],
 )
-def test_an_embeddings_job_writes_each_items_vector(tmp_path: Path, kind: str, model: str, encoding: str) -> None:
+def test_an_embeddings_job_writes_each_items_vector(
+    tmp_path: Path, kind: str, model: str, encoding: str, output_format: str
+) -> None:
     with EmulatorThread(load_profile(None)) as emu:
         url = f"{emu.url}/v1" if kind == "openai" else emu.url
         path = manifest(
             tmp_path,
             {"type": kind, "model": model, "baseURL": url},
+            output_format,
             dimensions=24,
             encodingFormat=encoding,
         )
@@ -63,14 +89,15 @@ def test_an_embeddings_job_writes_each_items_vector(tmp_path: Path, kind: str, m
     assert final["phase"] == "Succeeded"
     assert final["counts"]["succeeded"] == COUNT
     assert endpoints == ["/v1/embeddings" if kind == "openai" else "/embeddings"]
-    results = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert final["resultsURL"].endswith(f"/results.{output_format}")
+    results = written(tmp_path / "out", output_format, encoding)
     assert [r["id"] for r in results] == [f"doc-{n}" for n in range(COUNT)]
     tokens = 0
     for n, r in enumerate(results):
         text = f"passage: document number {n}"
         want = vector(text, 24, model)
-        got = r["embedding"] if encoding == "float" else from_base64(r["embedding"])
-        if encoding == "float":
+        got = r["embedding"]
+        if encoding == "float" and output_format == "jsonl":
             assert got == want  # exactly: floats survive the JSON round trips
         else:
             assert len(got) == 24
