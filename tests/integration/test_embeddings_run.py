@@ -122,3 +122,18 @@ def test_an_embeddings_job_on_a_provider_without_them_is_refused(tmp_path: Path,
     said = " ".join(out.stderr.split())  # rich wraps the message at the terminal's width
     assert f"spec.request.endpoint embeddings is not offered by {kind}: its batch API has no embeddings" in said
     assert not (tmp_path / "out").exists()  # nothing sent, nothing written
+
+
+def test_plan_of_an_embeddings_job_counts_no_output_tokens(tmp_path: Path) -> None:
+    """A vector has no output tokens: `barge plan` bounds an embeddings job by its input alone (maxTokens, 1,024
+    by default, counted 40,960 output tokens before)."""
+    path = manifest(tmp_path, {"type": "openai", "model": "text-embedding-3-small", "baseURL": "http://127.0.0.1:1"})
+    out = barge("plan", str(path))
+    assert out.returncode == 0, out.stderr
+    header = next(line.split() for line in out.stdout.splitlines() if "out tok" in line and "items" in line)
+    row = next(line.split() for line in out.stdout.splitlines() if line.split()[:1] == [str(COUNT)])
+    cells = dict(zip([h for h in " ".join(header).replace(" tok", "_tok").split()], row, strict=True))
+    assert cells["out_tok"] == "0", out.stdout
+    assert int(cells["in_tok"].replace(",", "")) == sum(
+        estimate_tokens(f"passage: document number {n}") for n in range(COUNT)
+    )

@@ -314,6 +314,11 @@ class RequestSpec(Model):
         "smaller in the ledger and results.jsonl).",
     )
 
+    @property
+    def output_bound(self) -> int:
+        """Output tokens one item may cost at most: maxTokens; 0 for embeddings (a vector has no output tokens)."""
+        return 0 if self.endpoint == "embeddings" else self.max_tokens
+
     @model_validator(mode="after")
     def _check_endpoint(self) -> RequestSpec:
         if self.endpoint == "responses":

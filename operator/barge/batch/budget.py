@@ -79,7 +79,7 @@ class Budget:
     def estimate(self, *, batch: bool, states: tuple[str, ...] = ("pending", "submitting", "submitted")) -> Decimal:
         """Upper bound: estimated input tokens plus max_tokens of output for every item in `states`."""
         tokens, count = self.ledger.estimate_inputs(self.key, states)
-        usage = Usage(input_tokens=tokens, output_tokens=count * self.spec.request.max_tokens)
+        usage = Usage(input_tokens=tokens, output_tokens=count * self.spec.request.output_bound)
         return self.table.cost(self.model, usage, batch=batch)
 
     def spent(self) -> Decimal:
@@ -107,7 +107,7 @@ class Budget:
         tokens, count = self.ledger.estimate_inputs(self.key, ("pending",))
         if not count:
             return True
-        spent, remaining = cap.spent(), cap.cost(tokens, count * self.spec.request.max_tokens, batch=True)
+        spent, remaining = cap.spent(), cap.cost(tokens, count * self.spec.request.output_bound, batch=True)
         if spent + remaining <= cap.limit.monthly_usd:
             return True
         reason = cap.message(spent, remaining, "to go")
@@ -153,9 +153,9 @@ class Budget:
             return rows
         tokens, count = self.ledger.estimate_inputs(self.key, ("submitting", "submitted"))
         spent = cap.spent()
-        room = cap.limit.monthly_usd - spent - cap.cost(tokens, count * self.spec.request.max_tokens, batch=True)
+        room = cap.limit.monthly_usd - spent - cap.cost(tokens, count * self.spec.request.output_bound, batch=True)
         for n, row in enumerate(rows):
-            cost = cap.cost(int(row[3]), self.spec.request.max_tokens, batch=False)
+            cost = cap.cost(int(row[3]), self.spec.request.output_bound, batch=False)
             if cost > room:
                 reason = cap.message(cap.limit.monthly_usd - room, cost, "for the next synchronous request")
                 left = [ItemUpdate(r[1], "failed", TENANT_BUDGET, reason) for r in rows[n:]]
@@ -172,7 +172,7 @@ class Budget:
         room = budget.max_cost - self.spent() - self.estimate(batch=True, states=("submitting", "submitted"))
         send: list[tuple[Any, ...]] = []
         for n, row in enumerate(rows):
-            usage = Usage(input_tokens=int(row[3]), output_tokens=self.spec.request.max_tokens)
+            usage = Usage(input_tokens=int(row[3]), output_tokens=self.spec.request.output_bound)
             cost = self.table.cost(self.model, usage, batch=False)
             if self.unpriced or cost > room:
                 reason = (

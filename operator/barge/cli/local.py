@@ -153,7 +153,7 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     shards = list(planning.spans(valid, provider.max_requests, provider.max_bytes))
-    usage = Usage(input_tokens=tokens, output_tokens=len(valid) * spec.request.max_tokens)
+    usage = Usage(input_tokens=tokens, output_tokens=len(valid) * spec.request.output_bound)
     out = Console()
     summary = Table(
         title=f"plan: {manifest.metadata.get('name')} ({spec.provider.type}, {job.model})", box=box.SIMPLE_HEAD
@@ -170,7 +170,7 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
         cents(table.cost(job.model, usage, batch=True)),
         cents(table.cost(job.model, usage, batch=False)),
     )
-    summary.caption = "in tok: estimated; out tok: maxTokens each; batch, sync: cost at most"
+    summary.caption = "in tok: estimated; out tok: maxTokens each (0 for embeddings); batch, sync: cost at most"
     out.print(summary)
     for n, shard in enumerate(shards):
         out.print(f"shard {n}: {shard.count} requests, {shard.size / 1e6:.1f} MB")

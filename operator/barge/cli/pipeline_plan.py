@@ -124,7 +124,7 @@ def plan_pipeline(jobs: list[LLMBatchJob], path: Path, sample: Path | None = Non
         if isinstance(fields, dict):
             inputs[str(fields.get(first.spec.input.id_field))] = fields
     tokens = sum(r["est_tokens"] for r in valid)
-    out = len(valid) * first.spec.request.max_tokens
+    out = len(valid) * first.spec.request.output_bound
     plans = [
         StagePlan(
             str(first.metadata.get("name")),
@@ -165,7 +165,7 @@ def plan_pipeline(jobs: list[LLMBatchJob], path: Path, sample: Path | None = Non
         per_item = sum(r["est_tokens"] for r in stage_rows) / len(stage_rows) if stage_rows else 0.0
         if not stage_rows:  # nothing chosen in the sample: the stage's own template on an empty item
             per_item = 0.0
-        tin, tout = count * per_item, count * stage.spec.request.max_tokens
+        tin, tout = count * per_item, count * stage.spec.request.output_bound
         name = str(stage.metadata.get("name"))
         items[name] = count
         plans.append(
@@ -192,7 +192,7 @@ def baseline(jobs: list[LLMBatchJob], plans: list[StagePlan]) -> tuple[str, Deci
         return table.cost(p.model, Usage(input_tokens=1_000_000, output_tokens=1_000_000), batch=True)
 
     large = max(plans, key=dear)
-    out = first.items * by_name[large.name].spec.request.max_tokens
+    out = first.items * by_name[large.name].spec.request.output_bound
     batch, sync = _cost(table, large.model, first.in_tokens, out)
     return large.model, batch, sync
 
@@ -225,7 +225,9 @@ def print_pipeline(jobs: list[LLMBatchJob], path: Path, sample: Path | None = No
         local.cents(base_batch),
         local.cents(base_sync),
     )
-    view.caption = "items of later stages: estimated; out tok: maxTokens each; batch, sync: cost at most"
+    view.caption = (
+        "items of later stages: estimated; out tok: maxTokens each (0 for embeddings); batch, sync: cost at most"
+    )
     console.print(view)
     for p in plans[1:]:
         console.print(f"{p.name}: {p.note}")
