@@ -40,7 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from barge import admission_policy, budget_policy, gateway_policy, pool_placement, reconcile_policy
+from barge import (
+    admission_policy,
+    bedrock_policy,
+    budget_policy,
+    gateway_policy,
+    pool_placement,
+    reconcile_policy,
+)
 from barge import limits as limits_
 from barge.limits import LedgerLimits
 
@@ -135,6 +142,8 @@ class Policy:
     """The admin's model aliases and per-tenant file prefixes for `barge gateway` (policy section `gateway`,
     barge/gateway_policy.py)."""
     reconcile: reconcile_policy.ReconcilePolicy = reconcile_policy.DEFAULT
+    bedrock: bedrock_policy.BedrockPolicy = bedrock_policy.DEFAULT
+    """The service roles each tenant's bedrock jobs may name (policy section `bedrock`, barge/bedrock_policy.py)."""
     """Admin keys for the providers' usage and cost reports (policy section `reconcile`, barge/reconcile_policy.py)."""
 
     def prefixes_for(self, namespace: str, tenant: str) -> tuple[str, ...]:
@@ -448,8 +457,8 @@ def _file_root(root: str, shared: bool) -> str:
     return _prefix("file://" + root.rstrip("/") + "/", "BARGE_ALLOWED_FILE_ROOTS")
 
 
-#: The keys of the sections read here; admission_policy, limits, budget_policy, gateway_policy and reconcile_policy
-#: check their own sections' keys. policy_keys.py documents every one.
+#: The keys of the sections read here; admission_policy, limits, budget_policy, gateway_policy, reconcile_policy and
+#: bedrock_policy check their own sections' keys. policy_keys.py documents every one.
 KEYS: dict[str, tuple[str, ...]] = {
     "storage": ("prefixes", "tenants", "ambientCredentials", "sharedFileRoots"),
     "endpoints": ("allow",),
@@ -457,7 +466,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "workers": ("maxPayloadBytes",),
     "tenancy": ("requireLabel",),
 }
-SECTIONS = (*KEYS, "admission", "ledger", "budgets", "gateway", "reconcile")
+SECTIONS = (*KEYS, "admission", "ledger", "budgets", "gateway", "reconcile", "bedrock")
 ENTRY = ("host", "private")  # of endpoints.allow
 
 
@@ -500,6 +509,7 @@ def parse(data: Mapping[str, Any] | None, file_roots: Iterable[str] = (), shared
         budgets=budget_policy.parse(data.get("budgets")),
         gateway=gateway_policy.parse(data.get("gateway")),
         reconcile=reconcile_policy.parse(data.get("reconcile")),
+        bedrock=bedrock_policy.parse(data.get("bedrock")),
         require_tenant_label=bool(tenancy.get("requireLabel", False)),
     )
     # a tenant's gateway prefix must lie under its own storage prefixes ({namespace} kept as written)

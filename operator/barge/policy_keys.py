@@ -324,6 +324,15 @@ KEYS: tuple[Key, ...] = (
     Key("reconcile.thresholdUSD", "number (USD)", "`0.01`", "A provider's day differing by more is a mismatch.", 1),
     Key("reconcile.intervalSeconds", "number", "`86400`", "Seconds between comparisons.", 86400),
     Key("reconcile.days", "integer (1..31)", "`3`", "Complete UTC days compared each time, ending yesterday.", 3),
+    Key(
+        "bedrock.roles.<tenant>",
+        "list of IAM role ARNs",
+        "unset: any role the job's Secret names (AWS's iam:PassRole decides)",
+        "The service roles a tenant's bedrock jobs may have Bedrock assume (the Secret's roleArn); the tenant "
+        "`\"*\"` lists roles every tenant may name. Once bedrock.roles is set, a job naming another role stays "
+        "Admitted=False with reason ProviderPolicy.",
+        ["arn:aws:iam::111122223333:role/acme-batch"],
+    ),
 )
 
 #: Sections where the parser refuses a key it does not know: since #27 every one (a typo stops the operator).
@@ -339,6 +348,7 @@ CLOSED = (
     "budgets",
     "gateway",
     "reconcile",
+    "bedrock",
 )
 
 

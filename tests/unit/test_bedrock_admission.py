@@ -1,5 +1,6 @@
-"""A bedrock job's S3 prefixes (in its Secret) are checked against the tenant's storage prefixes, and its S3
-endpoint against the endpoint policy, at admission (operator/bedrock_admission.py)."""
+"""A bedrock job's S3 prefixes (in its Secret) are checked against the tenant's storage prefixes, its S3 endpoint
+against the endpoint policy, and its role against the admin's bedrock.roles, at admission
+(operator/bedrock_admission.py, barge/bedrock_policy.py)."""
 
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ def secret(**over: str) -> str:
     return json.dumps({**base, **over})
 
 
-def check(value: str | None, job: LLMBatchJobSpec | None = None) -> None:
+def check(value: str | None, job: LLMBatchJobSpec | None = None, policy: p.Policy | None = None) -> None:
     kube: Any = Secrets(value)
-    asyncio.run(check_bedrock(kube, p.Policy(), "acme", job or spec(), PREFIXES, check_base_url))
+    asyncio.run(check_bedrock(kube, policy or p.Policy(), "acme", job or spec(), PREFIXES, check_base_url, "acme"))
 
 
 def test_prefixes_under_the_tenants_storage_are_admitted() -> None:
@@ -71,3 +72,40 @@ def test_a_prefix_of_another_tenant_is_refused(key: str) -> None:
 def test_an_s3_endpoint_is_checked_as_a_base_url_is() -> None:
     with pytest.raises(p.Refused, match=r"169\.254\.169\.254"):
         check(secret(s3EndpointURL="http://169.254.169.254"))
+
+
+ROLES = {
+    "*": ["arn:aws:iam::123456789012:role/shared-batch"],
+    "acme": ["arn:aws:iam::123456789012:role/r"],
+    "globex": ["arn:aws:iam::123456789012:role/globex-batch"],
+}
+
+
+def test_with_bedrock_roles_set_only_a_role_listed_for_the_tenant_is_admitted() -> None:
+    policy = p.parse({"bedrock": {"roles": ROLES}})
+    check(secret(), policy=policy)  # acme's own
+    check(secret(roleArn="arn:aws:iam::123456789012:role/shared-batch"), policy=policy)  # every tenant's
+    with pytest.raises(
+        p.Refused, match=r"ProviderPolicy: the bedrock Secret's roleArn .*role/globex-batch is not"
+    ) as e:
+        check(secret(roleArn="arn:aws:iam::123456789012:role/globex-batch"), policy=policy)  # another tenant's
+    assert "role/r, arn:aws:iam::123456789012:role/shared-batch" in str(e.value)  # the allowed ones, named
+    check(secret(roleArn="arn:aws:iam::123456789012:role/anything"))  # no bedrock.roles: AWS's PassRole decides
+    only_shared = p.parse({"bedrock": {"roles": {"globex": ROLES["globex"]}}})
+    with pytest.raises(p.Refused, match=r"\(none for this tenant\)"):
+        check(secret(), policy=only_shared)
+
+
+@pytest.mark.parametrize(
+    ("section", "reason"),
+    [
+        ({"role": {}}, "unknown policy bedrock key"),
+        ({"roles": ["arn:aws:iam::123456789012:role/r"]}, "must map a tenant"),
+        ({"roles": {"Not A Label": ["arn:aws:iam::123456789012:role/r"]}}, "is not a tenant"),
+        ({"roles": {"acme": "arn:aws:iam::123456789012:role/r"}}, "must be a list of role ARNs"),
+        ({"roles": {"acme": ["arn:aws:s3:::bucket"]}}, "is not an IAM role ARN"),
+    ],
+)
+def test_a_bad_bedrock_section_stops_the_policy_naming_why(section: dict[str, Any], reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        p.parse({"bedrock": section})

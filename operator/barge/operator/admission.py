@@ -116,7 +116,7 @@ async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpe
     prefixes = policy.prefixes_for(namespace, team)
     if spec.provider.type != "pool":
         await check_base_url(policy, spec.provider.type, spec.provider.base_url)
-    await check_bedrock(kube, policy, namespace, spec, prefixes, check_base_url)  # its S3 prefixes, in its Secret
+    await check_bedrock(kube, policy, namespace, spec, prefixes, check_base_url, team)  # its Secret's S3 and role
     if spec.input.url is not None:
         input_storage = await _storage(
             kube, policy, namespace, prefixes, spec.input.url, spec.input.credentials_secret_ref
