@@ -9,6 +9,8 @@ import array
 import base64
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +170,14 @@ def test_a_failed_parquet_write_leaves_no_file(tmp_path: Path, monkeypatch: pyte
         write_outputs(ledger, job, str(tmp_path / "p"), StoragePolicy(), False, Form("parquet", True))
     assert list((tmp_path / "p").iterdir()) == []
     ledger.close()
+
+
+def test_arro3_is_loaded_only_when_parquet_is_written() -> None:
+    """~9 MB of every operator and planner process: the runner, the cascade and the reports import barge.columnar,
+    which loads arro3 only when it writes or reads a file."""
+    code = (
+        "import sys; import barge.batch.runner, barge.cascade.source, barge.reports.export, barge.operator.handlers; "
+        "print(sorted(m for m in sys.modules if m.startswith('arro3')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

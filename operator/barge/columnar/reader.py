@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from arro3.io import read_parquet
-
 BATCH = 1000
 MAGIC = b"PAR1"
 #: What a pyo3 panic is not: arro3 panics (a BaseException) on some corrupt files instead of raising.
@@ -25,6 +23,8 @@ def _starts_as_parquet(source: BinaryIO | str) -> bool:
 def read_rows(source: BinaryIO | str, batch_size: int = BATCH) -> Iterator[dict[str, Any]]:
     """Each row as {column: value}: strings, ints, None; a vector as a list of floats. A file that is not Parquet
     is a ValueError naming why."""
+    from arro3.io import read_parquet  # on use: see writer.py
+
     if not _starts_as_parquet(source):
         raise ValueError("not a Parquet file: it does not begin with PAR1")
     try:

@@ -1,5 +1,7 @@
 """One Parquet file from batches of column values, streamed: one batch in memory at a time, plus the row group
-the Parquet writer is encoding (`row_group` rows, compressed pages)."""
+the Parquet writer is encoding (`row_group` rows, compressed pages). arro3 is imported when a file is written, not
+with this module: a process that never writes Parquet (most operator processes, every planner) does not carry its
+~9 MB."""
 
 from __future__ import annotations
 
@@ -9,18 +11,19 @@ import binascii
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import orjson
-from arro3.core import Array, DataType, Field, RecordBatch, RecordBatchReader, Schema, fixed_size_list_array
-from arro3.io import write_parquet as _write
+
+if TYPE_CHECKING:
+    from arro3.core import Array, DataType, RecordBatch
 
 Kind = Literal["string", "int64", "decimal", "timestamp", "vector"]
 
 #: Rows per row group: a group is held (encoded) until it is complete. 2,000 rows of 1,536-dimension vectors are
 #: 12 MB before compression; of 4 KB texts, 8 MB.
 ROW_GROUP = 2000
-DECIMAL = DataType.decimal128(38, 18)
+PRECISION, SCALE = 38, 18
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,14 @@ class Column:
     """vector: the values in each vector."""
 
     def arrow_type(self) -> DataType:
+        from arro3.core import DataType, Field
+
         if self.kind == "string":
             return DataType.string()
         if self.kind == "int64":
             return DataType.int64()
         if self.kind == "decimal":
-            return DECIMAL
+            return DataType.decimal128(PRECISION, SCALE)
         if self.kind == "timestamp":
             return DataType.timestamp("ms", tz="UTC")  # Parquet has no seconds unit
         return DataType.list(Field("item", DataType.float32(), nullable=False), list_size=self.dims)
@@ -67,13 +72,15 @@ def _strings(values: list[Any]) -> list[str | None]:
 
 
 def _array(column: Column, values: list[Any]) -> Array:
+    from arro3.core import Array, DataType, fixed_size_list_array
+
     kind = column.kind
     if kind == "string":
         return Array(_strings(values), type=DataType.string())
     if kind == "int64":
         return Array(values, type=DataType.int64())
     if kind == "decimal":  # exact: decimal text cast by Arrow, never through a float
-        return Array(_strings(values), type=DataType.string()).cast(DECIMAL)
+        return Array(_strings(values), type=DataType.string()).cast(column.arrow_type())
     if kind == "timestamp":
         millis = [None if v is None else v * 1000 for v in values]
         return Array(millis, type=DataType.int64()).cast(column.arrow_type())
@@ -95,6 +102,9 @@ def write_parquet(
     """Write the batches (each one list of values per column, in `columns` order, all of one length) as one
     zstd-compressed Parquet file; returns the rows written. A vector of another length than its column's `dims`
     is a ValueError (the caller checks them first)."""
+    from arro3.core import Field, RecordBatch, RecordBatchReader, Schema
+    from arro3.io import write_parquet as _write
+
     schema = Schema([Field(c.name, c.arrow_type(), nullable=True) for c in columns], metadata=metadata or {})
     written = [0]
 
