@@ -46,6 +46,7 @@ from barge.providers.base import read_answer as read_body
 from barge.providers.bedrock_encoding import MODEL_KEY as _MODEL_KEY
 from barge.providers.bedrock_encoding import encode_bedrock, is_claude, model_input
 from barge.providers.bedrock_settings import BedrockSettings, from_boto, refused_endpoint
+from barge.providers.boto_guard import guard_client
 from barge.providers.chat_convert import Unconvertible
 from barge.providers.content import anthropic_output
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient
@@ -424,9 +425,9 @@ def make_bedrock(
     """The adapter with its clients: `base_url` is the endpoint_url of both bedrock and bedrock-runtime (empty:
     the region's); creates retry up to 3 attempts (the same clientRequestToken each time, so never a second job);
     reads and synchronous calls `sync_retries` times (botocore's standard mode). With `guard` (the operator), an
-    endpoint the job names (baseURL, the Secret's s3EndpointURL) is checked against the endpoint policy once, when
-    the client is made: a refused one makes every call Fatal, naming it. boto3's urllib3 connections are not
-    checked again at connect time as the httpx-based SDKs' are (a name re-resolving elsewhere later is not seen)."""
+    endpoint the job names (baseURL, the Secret's s3EndpointURL) is checked against the endpoint policy when the
+    client is made (a refused one makes every call Fatal, naming it), and every connection of the clients asks it
+    again before it connects (providers/boto_guard.py: a name that re-resolves elsewhere later is refused then)."""
     settings = BedrockSettings.from_secret(secret)
     if guard is not None and not settings.problem:
         for url in (base_url, settings.s3_endpoint_url):
@@ -457,4 +458,6 @@ def make_bedrock(
         "runtime": session.client("bedrock-runtime", endpoint_url=endpoint, config=config(1 + sync_retries)),
         "s3": session.client("s3", endpoint_url=settings.s3_endpoint_url or None, config=config(1 + sync_retries)),
     }
+    if guard is not None:
+        clients = {name: guard_client(client, guard) for name, client in clients.items()}
     return BedrockProvider(settings, clients)
