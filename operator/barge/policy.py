@@ -76,6 +76,12 @@ PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
     "azure-openai": ("*.openai.azure.com", "*.cognitiveservices.azure.com"),
     "mistral": ("api.mistral.ai",),
     "gemini": ("generativelanguage.googleapis.com",),  # the Gemini API (files, uploads, batches, models)
+    "vertex": (
+        "*-aiplatform.googleapis.com",
+        "aiplatform.googleapis.com",
+        "oauth2.googleapis.com",
+        "storage.googleapis.com",
+    ),
     "bedrock": ("*.amazonaws.com",),  # bedrock, bedrock-runtime and s3 of every region (baseURL is usually empty)
     # openai-compatible has no host of its own: its baseURL must be one of the admin's endpoints
 }
@@ -269,6 +275,9 @@ def check_retention(policy: Policy, keep_payloads_for: str, keep_outputs_for: st
 def _host_matches(pattern: str, host: str) -> bool:
     if pattern.startswith("*."):
         return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    if pattern.startswith("*-"):  # one DNS label's tail: *-aiplatform.googleapis.com is us-central1-aiplatform...
+        head = host[: len(host) - len(pattern) + 1]
+        return host.endswith(pattern[1:]) and bool(head) and "." not in head
     return host == pattern
 
 

@@ -329,7 +329,7 @@ KEYS: tuple[Key, ...] = (
         "list of IAM role ARNs",
         "unset: any role the job's Secret names (AWS's iam:PassRole decides)",
         "The service roles a tenant's bedrock jobs may have Bedrock assume (the Secret's roleArn); the tenant "
-        "`\"*\"` lists roles every tenant may name. Once bedrock.roles is set, a job naming another role stays "
+        '`"*"` lists roles every tenant may name. Once bedrock.roles is set, a job naming another role stays '
         "Admitted=False with reason ProviderPolicy.",
         ["arn:aws:iam::111122223333:role/acme-batch"],
     ),

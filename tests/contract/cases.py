@@ -30,6 +30,8 @@ class Case:
 
     @property
     def id(self) -> str:
+        if self.kind == "vertex":  # two rows, one per model family
+            return f"vertex-{self.model.split('-')[0]}"
         return f"{self.kind}{self.path.replace('/', '-')}" if self.path else self.kind
 
     def base_url(self, emulator_url: str) -> str:
@@ -40,6 +42,10 @@ class Case:
             from tests.contract.bedrock_case import bedrock
 
             return bedrock(self.base_url(emulator_url), key, sync_retries)
+        if self.kind == "vertex":  # its Secret is a service account's JSON, its files live in a GCS server
+            from tests.contract.vertex_case import vertex
+
+            return vertex(self.base_url(emulator_url), key, sync_retries)
         return make_provider(self.kind, key, base_url=self.base_url(emulator_url), sync_retries=sync_retries)
 
 
@@ -56,3 +62,8 @@ CASES += [Case("mistral", "mistral-small-latest", "/mistral", objects=3, refusal
 CASES += [Case("gemini", "gemini-2.5-flash", "/gemini", objects=3)]  # input file, responses file, batch
 # S3 input, output and manifest objects; creates retried under one clientRequestToken (tests/contract/bedrock_case.py)
 CASES += [Case("bedrock", "anthropic.claude-haiku-4-5-20251001-v1:0", "/bedrock", objects=3, idempotent_create=True)]
+# Vertex AI: GCS input, predictions file and the job (tests/contract/vertex_case.py), for Gemini and Claude models
+CASES += [
+    Case("vertex", "gemini-2.5-flash", "/vertex", objects=3),
+    Case("vertex", "claude-haiku-4-5", "/vertex", objects=3),
+]

@@ -28,7 +28,7 @@ from barge.api.common import (
 from barge.api.response_format import ResponseFormatSpec
 
 ProviderType = Literal[
-    "anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "bedrock", "gemini", "pool"
+    "anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "bedrock", "gemini", "vertex", "pool"
 ]
 Phase = Literal[
     "Pending", "Queued", "Submitting", "Running", "Retrying", "FallingBack", "Succeeded", "Failed", "Suspended"
@@ -122,7 +122,9 @@ class ProviderSpec(Model):
         "/v1/batches at baseURL: Groq, Together, a vLLM batch API, a company proxy), mistral, bedrock (Amazon Bedrock "
         "batch inference of Claude models: the Secret's key holds a JSON object with accessKeyId, secretAccessKey, "
         "region, roleArn, inputS3Uri, outputS3Uri), "
-        "gemini (the Gemini API's Batch Mode; the Secret holds a Gemini API key), "
+        "gemini (the Gemini API's Batch Mode; the Secret holds a Gemini API key), vertex (Vertex AI batch "
+        "prediction of Gemini and Claude models: the Secret's key holds a JSON object with serviceAccount, project, "
+        "location, gcsPrefix), "
         "or pool (an InferencePool)."
     )
     model: str = Field(

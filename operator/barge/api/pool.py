@@ -133,9 +133,9 @@ class PoolProvider(Model):
         )
     )
 
-    type: Literal["anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "bedrock", "gemini"] = Field(
-        description="Provider (openai-compatible needs baseURL)."
-    )
+    type: Literal[
+        "anthropic", "openai", "azure-openai", "openai-compatible", "mistral", "bedrock", "gemini", "vertex"
+    ] = Field(description="Provider (openai-compatible needs baseURL).")
     model: str = Field(min_length=1, description="Model or (Azure) deployment name.")
     secret_ref: SecretKeyRef = Field(description="Secret holding the API key.")
     base_url: str = Field("", alias="baseURL", description="Handed to the SDK as base_url; Azure: endpoint.")

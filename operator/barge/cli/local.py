@@ -43,6 +43,7 @@ KEY_VARIABLES = {
     "openai-compatible": "OPENAI_API_KEY",
     "mistral": "MISTRAL_API_KEY",
     "gemini": "GEMINI_API_KEY",  # the name google-genai itself reads
+    "vertex": "BARGE_VERTEX_SECRET",  # the JSON a vertex job's Secret holds (service account key, project, gcsPrefix)
     "bedrock": "BARGE_BEDROCK_SECRET",  # the JSON a bedrock job's Secret holds (keys, region, roleArn, S3 prefixes)
 }
 err = Console(stderr=True)

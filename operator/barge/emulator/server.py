@@ -28,6 +28,7 @@ from barge.emulator import (
     openai_compatible_api,
     openai_shapes,
     usage_reports,
+    vertex_api,
     vllm,
 )
 from barge.emulator.core import STORE, SYNC_WINDOW, RateWindow, Store
@@ -50,6 +51,8 @@ def _family(path: str) -> str:
         return "bedrock"
     if path.startswith("/gemini/"):
         return "gemini"
+    if path.startswith("/vertex/"):
+        return "vertex"
     return "emulator"
 
 
@@ -64,6 +67,8 @@ def _error(family: str, status: int, message: str) -> web.Response:
         return bedrock_api.error(status, message)
     if family == "gemini":
         return gemini_api.error(status, message)
+    if family == "vertex":
+        return vertex_api.error(status, message)
     return web.json_response({"error": message}, status=status)
 
 
@@ -77,6 +82,8 @@ def _api_key(request: web.Request, family: str) -> str | None:
         return gemini_api.api_key(request)
     if family == "bedrock":
         return bedrock_api.access_key(request)
+    if family == "vertex":
+        return vertex_api.access_token(request)
     if request.path.startswith("/openai/") and "api-key" in request.headers:
         return request.headers["api-key"]
     auth = request.headers.get("authorization", "")
@@ -92,6 +99,8 @@ def _unauthorized(family: str) -> web.Response:
         return bedrock_api.unauthorized()
     if family == "gemini":
         return gemini_api.unauthorized()
+    if family == "vertex":
+        return vertex_api.unauthorized()
     return openai_shapes.error(401, "Incorrect API key provided.", code="invalid_api_key")
 
 
@@ -150,6 +159,7 @@ def make_app(
     app.add_routes(mistral_api.routes())
     app.add_routes(bedrock_api.routes())
     app.add_routes(gemini_api.routes())
+    app.add_routes(vertex_api.routes())
     app.add_routes(usage_reports.routes())
     azure_costs.install(app)
     app.add_routes([web.get("/_emulator/state", state), web.post("/_emulator/reset", reset)])

@@ -23,6 +23,7 @@ from barge.netguard import AddressCheck
 from barge.operator.bedrock_admission import check_bedrock
 from barge.operator.cache import TTL_SECONDS, TTLCache
 from barge.operator.kube import Kube, NotFound
+from barge.operator.vertex_admission import check_vertex
 from barge.policy import (
     Policy,
     Refused,
@@ -117,6 +118,7 @@ async def admit(kube: Kube, policy: Policy, namespace: str, spec: LLMBatchJobSpe
     if spec.provider.type != "pool":
         await check_base_url(policy, spec.provider.type, spec.provider.base_url)
     await check_bedrock(kube, policy, namespace, spec, prefixes, check_base_url, team)  # its Secret's S3 and role
+    await check_vertex(kube, policy, namespace, spec, prefixes, check_base_url)  # its Secret's GCS and endpoints
     if spec.input.url is not None:
         input_storage = await _storage(
             kube, policy, namespace, prefixes, spec.input.url, spec.input.credentials_secret_ref

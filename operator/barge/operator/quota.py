@@ -75,10 +75,18 @@ class Where:
     """(provider type, endpoint, model) as the admin's shared deployments name them."""
 
 
+#: Providers' own caps on live batches, where no InferencePool declares one: Claude on Vertex allows 4 batch jobs
+#: at a time per project by default (the 5th create is a 429).
+def default_quota(provider: str, model: str) -> aq.BatchQuota:
+    if provider == "vertex" and model.startswith(("claude", "publishers/anthropic/")):
+        return aq.BatchQuota(max_live_batches=4)
+    return aq.BatchQuota()
+
+
 def where(provider: str, base_url: str, model: str, quota: aq.BatchQuota | None = None, pool: str = "") -> Where:
     key = hashlib.sha256(f"{provider}\n{base_url.rstrip('/')}\n{model}".encode()).hexdigest()[:32]
     label = f"InferencePool {pool!r} ({provider} deployment {model!r})" if pool else f"{provider} model {model!r}"
-    return Where(key, label, quota or aq.BatchQuota(), pool, (provider, base_url, model))
+    return Where(key, label, quota or default_quota(provider, model), pool, (provider, base_url, model))
 
 
 def scoped(at: Where, tenant: str, policy: AdmissionPolicy) -> Where:

@@ -46,13 +46,13 @@ from barge.providers.base import read_answer as read_body
 from barge.providers.bedrock_encoding import MODEL_KEY as _MODEL_KEY
 from barge.providers.bedrock_encoding import encode_bedrock, is_claude, model_input
 from barge.providers.bedrock_settings import BedrockSettings, from_boto, refused_endpoint
-from barge.providers.boto_guard import guard_client
 from barge.providers.chat_convert import Unconvertible
 from barge.providers.content import anthropic_output
 from barge.providers.errors import Fatal, Invalid, ProviderError, Transient
 from barge.providers.errors import sync_failure as failed
 from barge.providers.guard import Allowed
 from barge.providers.upload import LineReader
+from barge.providers.urllib3_guard import guard_client
 
 T = TypeVar("T")
 ENDED = frozenset({"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"})
@@ -427,7 +427,7 @@ def make_bedrock(
     reads and synchronous calls `sync_retries` times (botocore's standard mode). With `guard` (the operator), an
     endpoint the job names (baseURL, the Secret's s3EndpointURL) is checked against the endpoint policy when the
     client is made (a refused one makes every call Fatal, naming it), and every connection of the clients asks it
-    again before it connects (providers/boto_guard.py: a name that re-resolves elsewhere later is refused then)."""
+    again before it connects (providers/urllib3_guard.py: a name that re-resolves elsewhere later is refused then)."""
     settings = BedrockSettings.from_secret(secret)
     if guard is not None and not settings.problem:
         for url in (base_url, settings.s3_endpoint_url):

@@ -189,6 +189,10 @@ def encoder(kind: str) -> Callable[[Request], bytes]:
         from barge.providers.gemini_encoding import encode_gemini  # it imports this module's neighbours
 
         return encode_gemini
+    if kind == "vertex":
+        from barge.providers.vertex_provider import encode_vertex
+
+        return encode_vertex
     raise ValueError(f"unknown provider type {kind!r}")
 
 

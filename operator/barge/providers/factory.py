@@ -95,6 +95,10 @@ def make_provider(
         from barge.providers.bedrock_provider import make_bedrock
 
         return make_bedrock(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries, guard=guard)
+    if kind == "vertex":  # api_key: the Secret's JSON (service account key, project, location, GCS prefix)
+        from barge.providers.vertex_provider import make_vertex
+
+        return make_vertex(api_key, base_url=base_url, timeout=timeout, sync_retries=sync_retries, guard=guard)
     if kind == "azure-openai":
         if not base_url:
             raise ValueError("azure-openai needs provider.baseURL: the resource endpoint")
@@ -111,6 +115,6 @@ def make_provider(
             aiohttp_sync=guard is None,
         )
     raise ValueError(
-        f"unknown provider type {kind!r}: expected anthropic, openai, azure-openai, openai-compatible, mistral or "
-        "gemini"
+        f"unknown provider type {kind!r}: expected anthropic, openai, azure-openai, openai-compatible, mistral, "
+        "gemini, bedrock or vertex"
     )

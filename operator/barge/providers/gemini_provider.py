@@ -192,7 +192,11 @@ class GeminiProvider:
     max_bytes = 2 * 1024 * 1024 * 1024 - 1  # the Files API's 2 GB per file
     keeps_metadata = True  # in the display name, which every listed batch carries
 
-    def __init__(self, client: genai.Client, http_client: httpx2.AsyncClient | None = None) -> None:
+    def __init__(
+        self, client: genai.Client, http_client: httpx2.AsyncClient | None = None, *, bare_model: bool = False
+    ) -> None:
+        """`bare_model`: synchronous calls name the model as the job does (Vertex), not as `models/<name>`."""
+        self.bare_model = bare_model
         self.client = client
         self.aio = client.aio
         self._http = http_client
@@ -328,7 +332,9 @@ class GeminiProvider:
             if "systemInstruction" in body:
                 config["systemInstruction"] = body["systemInstruction"]
             answer = await self.aio.models.generate_content(
-                model=body["model"], contents=body["contents"], config=types.GenerateContentConfig(**config)
+                model=request.model if self.bare_model else body["model"],
+                contents=body["contents"],
+                config=types.GenerateContentConfig(**config),
             )
         except (errors.APIError, httpx2.HTTPError) as exc:
             error = from_gemini(exc)

@@ -44,6 +44,7 @@ PROVIDERS = {  # provider type -> (ProviderName = PublisherName = InvoiceIssuerN
     "azure-openai": ("Microsoft", "Azure OpenAI"),
     "mistral": ("Mistral AI", "Mistral API"),
     "gemini": ("Google", "Gemini API"),
+    "vertex": ("Google", "Vertex AI"),
     "openai-compatible": ("Self-hosted", "OpenAI-compatible API"),
     "pool": ("Self-hosted", "Barge InferencePool"),
 }

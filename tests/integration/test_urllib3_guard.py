@@ -1,4 +1,4 @@
-"""boto3's connections behind the endpoint policy at connect time (providers/boto_guard.py), as the httpx-based
+"""boto3's connections behind the endpoint policy at connect time (providers/urllib3_guard.py), as the httpx-based
 SDKs' are: a client made while its endpoint was allowed, whose host then resolves to a refused address (DNS
 rebinding, played here by a policy that changes its answer), cannot connect; nothing reaches the server. The same
 guarded client talks to moto's real S3 server while the policy allows it."""
@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from barge.providers.bedrock_provider import make_bedrock
-from barge.providers.boto_guard import guard_client
+from barge.providers.urllib3_guard import guard_client
 from tests.contract.bedrock_case import BUCKET, s3_endpoint
 from tests.contract.bedrock_case import secret as bedrock_secret
 

@@ -1,4 +1,5 @@
-"""boto3 clients whose every connection asks the endpoint policy first, as the httpx-based SDKs' do (guard.py).
+"""urllib3 connections that ask the endpoint policy first, as the httpx-based SDKs' do (guard.py): boto3's clients
+(`guard_client`) and google-auth's token refreshes (`guarded_pool_manager`).
 
 Why: make_bedrock checks the endpoints a job names (baseURL, the Secret's s3EndpointURL) when it makes the clients;
 a name can resolve elsewhere a minute later (DNS rebinding), and botocore's urllib3 connections resolved it again
@@ -11,7 +12,7 @@ attempts' end, as for any endpoint that does not answer).
 botocore has no public hook for its connection classes: its URLLib3Session keeps them in `_pool_classes_by_scheme`
 and hands them to its PoolManager, which makes pools (and their connections) on first use. `guard_client` swaps
 them on a client's session before its first request. The pinned botocore (requirements.lock) is the one this is
-written against; tests/unit/test_boto_guard.py fails if a later one no longer has those attributes.
+written against; tests/integration/test_urllib3_guard.py fails if a later one no longer has those attributes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import urllib3
 from botocore.awsrequest import (  # type: ignore[import-untyped]
     AWSHTTPConnection,
     AWSHTTPConnectionPool,
@@ -75,3 +77,26 @@ def guard_client(client: Any, allowed: Allowed) -> Any:
     classes.update({"http": CheckedHTTPPool, "https": CheckedHTTPSPool})
     session._manager.pool_classes_by_scheme = classes
     return client
+
+
+def guarded_pool_manager(allowed: Allowed, **kwargs: Any) -> urllib3.PoolManager:
+    """A urllib3 PoolManager whose every new connection is checked as `guard_client`'s are (no proxy from the
+    environment: a PoolManager reads none)."""
+
+    class CheckedHTTPConnection(urllib3.connection.HTTPConnection):
+        def _new_conn(self) -> socket.socket:
+            return _checked_conn(self, allowed, super()._new_conn)
+
+    class CheckedHTTPSConnection(urllib3.connection.HTTPSConnection):
+        def _new_conn(self) -> socket.socket:
+            return _checked_conn(self, allowed, super()._new_conn)
+
+    class CheckedHTTPPool(urllib3.HTTPConnectionPool):
+        ConnectionCls = CheckedHTTPConnection
+
+    class CheckedHTTPSPool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = CheckedHTTPSConnection
+
+    manager = urllib3.PoolManager(**kwargs)
+    manager.pool_classes_by_scheme = {"http": CheckedHTTPPool, "https": CheckedHTTPSPool}
+    return manager
