@@ -82,7 +82,8 @@ async def ran(start_emulator: Factory, tmp_path: Path) -> tuple[Ledger, list[tup
     past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     sync_job = job_of(tmp_path / "b", "openai", "gpt-4o-mini", claims(12, 200), deadline=past)
     for job in (batch_job, sync_job):
-        snap = await run_to_end(JobRunner(job, provider_for(job.spec.provider.type, emu.url), ledger, table, FAST))
+        runner = JobRunner(job, provider_for(job.spec.provider.type, emu.url), ledger, table, FAST)
+        snap = await run_to_end(runner, limit=180)  # a loaded CI machine (two workers, builds beside) took over 60 s
         assert snap.phase == "Succeeded", snap
     return ledger, [(batch_job.key, "claude-sonnet-4-6"), (sync_job.key, "gpt-4o-mini")]
 

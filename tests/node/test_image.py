@@ -54,7 +54,9 @@ def test_the_image_is_small_non_root_and_has_no_build_tools(built: Path) -> None
         subprocess.run(["podman", "image", "inspect", image.TAG], env=env, capture_output=True, check=True).stdout
     )[0]
     assert config["Config"]["User"] == "10001:10001"  # numeric: runAsNonRoot is checked without /etc/passwd
-    assert config["Size"] < 300_000_000, f"{config['Size'] / 1e6:.0f} MB unpacked"
+    # 300 MB until #29's Parquet output: arro3 (Arrow and Parquet, ~34 MB installed) is in the image since; 330 MB
+    # measured then. A new dependency that grows it past 350 MB fails here.
+    assert config["Size"] < 350_000_000, f"{config['Size'] / 1e6:.0f} MB unpacked"
     probe = (
         "import importlib.util as u, shutil, os; "
         "print([m for m in ('pip', 'setuptools') if u.find_spec(m)], "
