@@ -169,8 +169,17 @@ def emulator(start_emulator: Factory) -> EmulatorThread:
 
 
 def state(emu: EmulatorThread) -> dict[str, Any]:
+    """The emulator's state. A Vertex Gemini batch knows its lines by position (`line1`, ...): where its lines
+    carry labels, `custom_ids` are read from them as the adapter reads them back (Barge's custom id)."""
     with urllib.request.urlopen(f"{emu.url}/_emulator/state", timeout=5) as resp:  # noqa: S310 - loopback
-        return json.loads(resp.read())  # type: ignore[no-any-return]
+        found: dict[str, Any] = json.loads(resp.read())
+    for batch in found["batches"]:
+        if "labels" in batch:
+            from barge.providers.vertex_provider import id_from_labels
+
+            pairs = zip(batch["labels"], batch["custom_ids"], strict=True)
+            batch["custom_ids"] = [id_from_labels(labels) or cid for labels, cid in pairs]
+    return found
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:

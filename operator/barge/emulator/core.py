@@ -73,6 +73,8 @@ class Item:
     """The tool a tool_choice forces: the answer is a call to it."""
     embedding: tuple[int, str] | None = None
     """An embeddings request's (dimensions, 0 for the model's own; encoding_format): answered with a vector."""
+    labels: dict[str, str] | None = None
+    """A Vertex Gemini line's request labels (Vertex knows a line by its position only; the state shows them)."""
 
 
 def item_from_messages(custom_id: str, params: dict[str, Any], line: int = 0) -> Item:
@@ -371,6 +373,7 @@ class Store:
                     "input_tokens": sum(i.input_tokens for i in b.items),
                     "errors": [str(e.get("code")) for e in b.validation_errors],
                     "output_expires_after": b.output_expires_after,
+                    **({"labels": [i.labels or {} for i in b.items]} if any(i.labels for i in b.items) else {}),
                 }
                 for b in self.batches.values()
             ],

@@ -254,6 +254,8 @@ def _gemini_item(n: int, request: dict[str, Any], model: str) -> Item:
     labels = request.get("labels", {})
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         item.invalid = "; ".join(filter(None, [item.invalid, "labels: a map of strings to strings"]))
+    else:
+        item.labels = labels
     return item
 
 

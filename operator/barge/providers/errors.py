@@ -65,6 +65,26 @@ def retry_after(headers: object) -> float | None:
     return None
 
 
+def rpc_details(body: object) -> list[dict[str, object]]:
+    """The `details` of a google.rpc error body (`{"error": {"code", "status", "details": [...]}}`), as Google's
+    APIs answer and Vertex passes on for the Anthropic models it serves."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    found = inner.get("details") if isinstance(inner, dict) else None
+    return [d for d in found if isinstance(d, dict)] if isinstance(found, list) else []
+
+
+def rpc_retry_delay(details: list[dict[str, object]]) -> float | None:
+    """Seconds from a google.rpc.RetryInfo detail (`retryDelay: "30s"`): Google sends no Retry-After header."""
+    for d in details:
+        delay = d.get("retryDelay")
+        if str(d.get("@type", "")).endswith("RetryInfo") and isinstance(delay, str) and delay.endswith("s"):
+            try:
+                return max(0.0, float(delay[:-1]))
+            except ValueError:
+                return None
+    return None
+
+
 def _body_type(body: object) -> tuple[str, str]:
     """(error type, message) from either provider's error body."""
     if isinstance(body, dict):
@@ -116,7 +136,10 @@ def from_sdk(exc: BaseException, sdk: ModuleType) -> ProviderError:
     message = message or str(exc)
     kind = kind or f"http_{exc.status_code}"
     cls = classify(exc.status_code, kind, message)
-    return cls(f"{kind}: {message}", error_type=kind, retry_after=retry_after(exc.response.headers))
+    delay = retry_after(exc.response.headers)
+    if delay is None:  # Claude on Vertex: Vertex's quota errors are google.rpc, with a RetryInfo
+        delay = rpc_retry_delay(rpc_details(exc.body))
+    return cls(f"{kind}: {message}", error_type=kind, retry_after=delay)
 
 
 def sync_failure(custom_id: str, error: ProviderError, cause: BaseException) -> Result:

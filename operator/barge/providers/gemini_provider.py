@@ -44,7 +44,7 @@ from barge.providers.base import (
     counted,
     flatten,
 )
-from barge.providers.errors import Fatal, Invalid, ProviderError, Transient, classify
+from barge.providers.errors import Fatal, Invalid, ProviderError, Transient, classify, rpc_details, rpc_retry_delay
 from barge.providers.gemini_encoding import encode_gemini, gemini_request
 from barge.providers.guard import Allowed, CappedTransport, guarded_transport
 
@@ -65,24 +65,6 @@ MAX_LISTED = 10_000
 _ONCE = types.HttpOptions(retry_options=types.HttpRetryOptions(attempts=1))  # this one call is not retried
 
 
-def _details(exc: errors.APIError) -> list[dict[str, Any]]:
-    body = exc.details if isinstance(exc.details, dict) else {}
-    inner = body.get("error", body)
-    found = inner.get("details") if isinstance(inner, dict) else None
-    return [d for d in found if isinstance(d, dict)] if isinstance(found, list) else []
-
-
-def _retry_delay(details: list[dict[str, Any]]) -> float | None:
-    for d in details:
-        delay = d.get("retryDelay")
-        if str(d.get("@type", "")).endswith("RetryInfo") and isinstance(delay, str) and delay.endswith("s"):
-            try:
-                return max(0.0, float(delay[:-1]))
-            except ValueError:
-                return None
-    return None
-
-
 def from_gemini(exc: BaseException) -> ProviderError:
     """The SDK's exceptions as a domain error. A bad key is 400 INVALID_ARGUMENT with reason API_KEY_INVALID
     (fatal); a 429 with a RetryInfo is a rate limit (transient) even when its message speaks of quota, one without
@@ -94,10 +76,10 @@ def from_gemini(exc: BaseException) -> ProviderError:
         return Transient(f"connection failed: {exc}{cause}", error_type="connection_error")
     if not isinstance(exc, errors.APIError):
         return Transient(f"unexpected error: {exc!r}", error_type="unknown")
-    details = _details(exc)
+    details = rpc_details(exc.details)
     kind = str(exc.status or f"http_{exc.code}")
     message = str(exc.message or exc)[:300]
-    delay = _retry_delay(details)
+    delay = rpc_retry_delay(details)
     if any(d.get("reason") in ("API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED") for d in details):
         return Fatal(f"{kind}: {message}", error_type="invalid_api_key")
     if exc.code == 429 and delay is not None:
