@@ -46,6 +46,7 @@ def test_there_is_a_sample_per_provider_type_and_pool_kind() -> None:
         "mistral",
         "gemini",
         "bedrock",
+        "vertex",
         "pool",
     }
     assert any("engine" in p["spec"] for p in pools)

@@ -15,7 +15,7 @@ from barge.providers import Fatal, Outcome, Request, Transient, Usage
 from barge.providers.base import ResponseFormat
 from barge.providers.chat_convert import Unconvertible
 from barge.providers.encoding import encoder
-from barge.providers.gemini_provider import _display_name, _metadata, from_gemini, parse_line
+from barge.providers.gemini_provider import _display_name, display_metadata, from_gemini, parse_line
 
 
 def test_a_line_is_key_and_generate_content_request() -> None:
@@ -51,9 +51,9 @@ def test_embeddings_and_non_text_passthrough_are_unconvertible() -> None:
 def test_metadata_round_trips_through_the_display_name() -> None:
     meta = {"barge_job": "0123456789abcdef0123456789abcdef", "barge_shard": "s00007"}
     name = _display_name(meta, "files/abc")
-    assert _metadata(name) == {**meta, "input": "files/abc"}
-    assert _metadata("someone else's batch") == {}
-    assert _metadata(None) == {}
+    assert display_metadata(name) == {**meta, "input": "files/abc"}
+    assert display_metadata("someone else's batch") == {}
+    assert display_metadata(None) == {}
 
 
 def _response(text: str = "ok", finish: str = "STOP", **usage: int) -> dict[str, Any]:

@@ -461,8 +461,8 @@ class JobRunner:
         self.ledger.set_job(self.job.key, fatal=message, phase="Failed", completed_at=self.clock())
         self.on_event("Failed", message, "Warning")
 
-    async def _failed_outputs(self) -> None:
-        """A failed job's outputs, off the engine loop (batch/offloop.py), then its texts dropped."""
+    async def _outputs(self) -> None:
+        """results and failures (jsonl or parquet) written off the engine loop (batch/offloop.py)."""
         job = self.job
         await off_loop(
             "outputs",
@@ -474,6 +474,10 @@ class JobRunner:
             self.checker is not None,
             Form.of(job.spec),
         )
+
+    async def _failed_outputs(self) -> None:
+        """A failed job's outputs, off the engine loop (batch/offloop.py), then its texts dropped."""
+        await self._outputs()
         retention.drop_texts(self.ledger, self.job.key, self.job.spec.retention, self.clock())
 
     async def _write_outputs(self) -> None:
@@ -483,18 +487,8 @@ class JobRunner:
         if retention.drops_payloads_early(self.job.spec.retention):
             loop = asyncio.get_running_loop()  # run_in_executor starts it now, not when write_outputs lets go
             dropping = loop.run_in_executor(None, lifetime.drop_payloads, self.ledger, self.job.key)
-        job = self.job
         try:  # off the engine loop: a slow store stalls this job only (M10)
-            await off_loop(
-                "outputs",
-                write_outputs,
-                self.ledger,
-                job.key,
-                job.spec.output.url,
-                job.storage,
-                self.checker is not None,
-                Form.of(job.spec),
-            )
+            await self._outputs()
         finally:
             if dropping is not None:
                 await asyncio.wait([dropping])  # never left running past the step

@@ -92,26 +92,26 @@ def _display_name(metadata: dict[str, str], input_file: str) -> str:
     return DISPLAY_PREFIX + urlencode({**metadata, INPUT_KEY: input_file})
 
 
-def _metadata(display_name: str | None) -> dict[str, str]:
+def display_metadata(display_name: str | None) -> dict[str, str]:
     """Barge's metadata from a batch's display name ({} for a batch Barge did not name)."""
     if not display_name or not display_name.startswith(DISPLAY_PREFIX):
         return {}
     return dict(parse_qsl(display_name[len(DISPLAY_PREFIX) :]))
 
 
-def _state(job: types.BatchJob) -> str:
+def job_state(job: types.BatchJob) -> str:
     state = job.state
     return str(state.value if isinstance(state, types.JobState) else state or "JOB_STATE_UNSPECIFIED")
 
 
 def _info(job: types.BatchJob) -> BatchInfo:
-    status = _state(job)
+    status = job_state(job)
     code = job.error.code if job.error else None
     # Only a batch refused for its input is failed as invalid (ingest.py); one failed for any other reason (or
     # for none the SDK says: its Developer-API BatchJob drops the operation's error) has its requests retried.
     error = [{"message": job.error.message, "code": RPC_INVALID[code]}] if job.error and code in RPC_INVALID else []
     created = job.create_time or datetime.now(UTC)
-    return BatchInfo(str(job.name), status, status in ENDED, created, None, _metadata(job.display_name), error)
+    return BatchInfo(str(job.name), status, status in ENDED, created, None, display_metadata(job.display_name), error)
 
 
 def _model_of(lines: Iterable[bytes]) -> str:
@@ -295,7 +295,7 @@ class GeminiProvider:
             raise from_gemini(exc) from exc
         except httpx2.HTTPError as exc:
             raise from_gemini(exc) from exc
-        files = [_metadata(job.display_name).get(INPUT_KEY, ""), job.dest.file_name if job.dest else ""]
+        files = [display_metadata(job.display_name).get(INPUT_KEY, ""), job.dest.file_name if job.dest else ""]
         deleted = sum([await self._delete_file(str(f)) for f in files if f])
         try:
             await self.aio.batches.delete(name=batch_id)

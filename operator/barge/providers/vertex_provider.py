@@ -34,7 +34,7 @@ import re
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 
 import anthropic
 import httpx2
@@ -50,13 +50,21 @@ from barge.providers.encoding import anthropic_params
 from barge.providers.errors import Fatal, Invalid, Transient, classify
 from barge.providers.gcs import Gcs
 from barge.providers.gemini_encoding import gemini_request
-from barge.providers.gemini_provider import ENDED, RETRIED_STATUSES, GeminiProvider, from_gemini, response_parsed
+from barge.providers.gemini_provider import (
+    DISPLAY_PREFIX,
+    ENDED,
+    RETRIED_STATUSES,
+    GeminiProvider,
+    display_metadata,
+    from_gemini,
+    job_state,
+    response_parsed,
+)
 from barge.providers.google_tokens import Tokens
 from barge.providers.guard import Allowed, CappedTransport, guarded_transport
 from barge.providers.vertex_settings import VertexSettings
 
 ANTHROPIC_VERSION = "vertex-2023-10-16"
-DISPLAY_PREFIX = "barge?"
 LABEL = "barge_id"
 MAX_LABEL = 63
 CLAUDE_LIVE_BATCHES = 4
@@ -125,23 +133,12 @@ def _stripped(lines: Iterable[bytes]) -> Iterator[tuple[bytes, str]]:
         yield line[:at] + b"}", str(orjson.loads(line[at + len(_MODEL_KEY) : -1]))
 
 
-def _metadata(display_name: str | None) -> dict[str, str]:
-    if not display_name or not display_name.startswith(DISPLAY_PREFIX):
-        return {}
-    return dict(parse_qsl(display_name[len(DISPLAY_PREFIX) :]))
-
-
-def _state(job: types.BatchJob) -> str:
-    state = job.state
-    return str(state.value if isinstance(state, types.JobState) else state or "JOB_STATE_UNSPECIFIED")
-
-
 def _info(job: types.BatchJob) -> BatchInfo:
     from datetime import UTC, datetime
 
-    status = _state(job)
+    status = job_state(job)
     error = [{"message": job.error.message, "code": "INVALID_ARGUMENT"}] if job.error and job.error.code == 3 else []
-    meta = {k: v for k, v in _metadata(job.display_name).items() if k != "d"}
+    meta = {k: v for k, v in display_metadata(job.display_name).items() if k != "d"}
     return BatchInfo(str(job.name), status, status in ENDED, job.create_time or datetime.now(UTC), None, meta, error)
 
 
@@ -317,14 +314,14 @@ class VertexProvider:
                     page = jsonl.parsed(lines, parse_line)
                     seen.update(p[0] for p in page)
                     yield page
-        unfinished = UNFINISHED.get(_state(job))
-        meta = _metadata(job.display_name)
+        unfinished = UNFINISHED.get(job_state(job))
+        meta = display_metadata(job.display_name)
         if unfinished is None or not meta.get("d"):
             return
         # Vertex leaves out what an expired or cancelled job never ran: read from the job's own input object
         async for lines in jsonl.pages(gcs.chunks(self._paths(meta, meta["d"])[0])):
             page = [
-                (key, unfinished, "", 0, 0, 0, 0, unfinished.value, f"the job ended {_state(job)}")
+                (key, unfinished, "", 0, 0, 0, 0, unfinished.value, f"the job ended {job_state(job)}")
                 for key in _input_keys(lines)
                 if key not in seen
             ]
@@ -341,7 +338,7 @@ class VertexProvider:
             raise from_gemini(exc) from exc
         except httpx2.HTTPError as exc:
             raise from_gemini(exc) from exc
-        meta = _metadata(job.display_name)
+        meta = display_metadata(job.display_name)
         deleted = 0
         if meta.get("d"):
             source, dest = self._paths(meta, meta["d"])
