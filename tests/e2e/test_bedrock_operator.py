@@ -6,7 +6,6 @@ job Succeeded. The Secret holds the JSON a bedrock job's Secret holds (keys, reg
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tests.conftest import state
 from tests.contract.bedrock_case import ROLE, s3_endpoint
 from tests.contract.bedrock_case import secret as bedrock_secret
 from tests.e2e.conftest import Operator, credential_secret, own_control_plane, wait_for
+from tests.e2e.crash import FAILPOINT, crash_then_restart, ended_status, start
 from tests.e2e.test_operator import apply, assert_one_batch_per_shard, job_manifest, phase_is, status
 
 pytestmark = pytest.mark.cluster
@@ -32,13 +32,6 @@ MODEL = "anthropic.claude-haiku-4-5-20251001-v1:0"
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with own_control_plane(tmp_path_factory.mktemp("bedrock") / "cluster") as cluster:
         yield cluster
-
-
-def start(op: Operator) -> None:
-    """120 s to answer /healthz (a fresh process's imports alone took longer than 30 s on a loaded machine)."""
-    with contextlib.suppress(TimeoutError):
-        op.start()
-    wait_for(op.healthy, 120, "operator /healthz")
 
 
 def test_kill_9_between_create_and_record_then_restart_keeps_one_job_per_shard(
@@ -58,24 +51,12 @@ def test_kill_9_between_create_and_record_then_restart_keeps_one_job_per_shard(
     doc["spec"]["provider"].update(
         {"type": "bedrock", "model": MODEL, "secretRef": {"name": "bedrock", "key": "bedrock.json"}}
     )
-    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env={"BARGE_FAILPOINT": "after-create"})
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env=dict(FAILPOINT))
     # the Secret's S3 prefixes are storage: admitted only under the tenant's storage prefixes
     op.policy_sections = {"storage": {"prefixes": [f"file://{op.workdir}/", f"s3://barge-bedrock/{namespace}/"]}}
-    start(op)
-    try:
-        apply(own_cluster, namespace, yaml.safe_dump(doc))
-        assert op.proc is not None
-        wait_for(lambda: op.proc is not None and op.proc.poll() is not None, 60, "the failpoint's kill -9")
-        assert op.proc.returncode == -9, op.output()[-2000:]
-        assert len(state(emu)["batches"]) == 1, "created at Bedrock, not recorded: the orphan"
-        op.extra_env.pop("BARGE_FAILPOINT")
-        start(op)
-        wait_for(phase_is(own_cluster, namespace, "crashy", "Succeeded"), 180, "Succeeded after the restart")
-    finally:
-        op.stop()
+    crash_then_restart(own_cluster, op, emu, namespace, doc)
     assert_one_batch_per_shard(emu, items=800, shards=4)  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)
-    st = status(own_cluster, namespace, "crashy")
-    assert st["counts"]["succeeded"] + st["counts"]["refused"] + st["counts"]["invalid"] + st["counts"]["failed"] == 800
+    st = ended_status(own_cluster, namespace, "crashy", 800)
     assert st["counts"]["invalid"] == 0
 
 

@@ -14,10 +14,10 @@ import yaml
 from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
-from tests.conftest import state
-from tests.e2e.conftest import Operator, wait_for
-from tests.e2e.test_operator import apply, assert_one_batch_per_shard, job_manifest, phase_is, secret, status
-from tests.e2e.test_providers_crash import own_cluster, start
+from tests.e2e.conftest import Operator
+from tests.e2e.crash import FAILPOINT, crash_then_restart, ended_status
+from tests.e2e.test_operator import assert_one_batch_per_shard, job_manifest, secret
+from tests.e2e.test_providers_crash import own_cluster
 
 pytestmark = pytest.mark.cluster
 __all__ = ["own_cluster"]  # the module's control plane (a fixture)
@@ -32,23 +32,10 @@ def test_gemini_kill_9_between_create_and_record_then_restart_keeps_one_batch_pe
     secret(own_cluster, namespace)
     doc = yaml.safe_load(job_manifest("crashy", emu.url + "/gemini", tmp_path, n=800))
     doc["spec"]["provider"].update({"type": "gemini", "model": "gemini-2.5-flash"})
-    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env={"BARGE_FAILPOINT": "after-create"})
-    start(op)
-    try:
-        apply(own_cluster, namespace, yaml.safe_dump(doc))
-        assert op.proc is not None
-        wait_for(lambda: op.proc is not None and op.proc.poll() is not None, 60, "the failpoint's kill -9")
-        assert op.proc.returncode == -9, op.output()[-2000:]
-        created = state(emu)["batches"]
-        assert len(created) == 1, "created at the provider, not recorded: the orphan"
-        assert created[0]["id"].startswith("batches/")
-        op.extra_env.pop("BARGE_FAILPOINT")
-        start(op)
-        wait_for(phase_is(own_cluster, namespace, "crashy", "Succeeded"), 180, "Succeeded after the restart")
-    finally:
-        op.stop()
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env=dict(FAILPOINT))
+    created = crash_then_restart(own_cluster, op, emu, namespace, doc)
+    assert created[0]["id"].startswith("batches/")
     assert_one_batch_per_shard(emu, items=800, shards=4)  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)
-    st = status(own_cluster, namespace, "crashy")
-    assert st["counts"]["succeeded"] + st["counts"]["refused"] + st["counts"]["invalid"] + st["counts"]["failed"] == 800
+    st = ended_status(own_cluster, namespace, "crashy", 800)
     assert Decimal(st["usage"]["costUSD"]) > 0, st["usage"]
     assert Decimal(st["usage"]["savedUSD"]) > 0, "billed at the batch rate: half the list price saved"

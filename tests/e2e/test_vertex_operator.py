@@ -8,7 +8,6 @@ once, the job Succeeded with its cost. The Secret holds the JSON a vertex job's 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -19,11 +18,11 @@ from tools.localcluster import Cluster
 
 from barge.emulator import vertex_api
 from barge.emulator.server import EmulatorThread
-from tests.conftest import state
 from tests.contract.vertex_case import BUCKET, gcs_endpoint
 from tests.contract.vertex_case import secret as vertex_secret
-from tests.e2e.conftest import Operator, credential_secret, own_control_plane, wait_for
-from tests.e2e.test_operator import apply, assert_one_batch_per_shard, job_manifest, phase_is, status
+from tests.e2e.conftest import Operator, credential_secret, own_control_plane
+from tests.e2e.crash import FAILPOINT, crash_then_restart, ended_status
+from tests.e2e.test_operator import assert_one_batch_per_shard, job_manifest
 
 pytestmark = pytest.mark.cluster
 
@@ -32,13 +31,6 @@ pytestmark = pytest.mark.cluster
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with own_control_plane(tmp_path_factory.mktemp("vertex") / "cluster") as cluster:
         yield cluster
-
-
-def start(op: Operator) -> None:
-    """120 s to answer /healthz (a fresh process's imports alone took longer than 30 s on a loaded machine)."""
-    with contextlib.suppress(TimeoutError):
-        op.start()
-    wait_for(op.healthy, 120, "operator /healthz")
 
 
 @pytest.mark.parametrize("model", ["claude-haiku-4-5", "gemini-2.5-flash"])
@@ -60,26 +52,13 @@ def test_kill_9_between_create_and_record_then_restart_keeps_one_job_per_shard(
     doc["spec"]["provider"].update(
         {"type": "vertex", "model": model, "secretRef": {"name": "vertex", "key": "vertex.json"}}
     )
-    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env={"BARGE_FAILPOINT": "after-create"})
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env=dict(FAILPOINT))
     # the Secret's gcsPrefix is storage: admitted only under the tenant's storage prefixes
     op.policy_sections = {"storage": {"prefixes": [f"file://{op.workdir}/", f"gs://{BUCKET}/{namespace}/"]}}
-    start(op)
-    try:
-        apply(own_cluster, namespace, yaml.safe_dump(doc))
-        assert op.proc is not None
-        wait_for(lambda: op.proc is not None and op.proc.poll() is not None, 60, "the failpoint's kill -9")
-        assert op.proc.returncode == -9, op.output()[-2000:]
-        created = state(emu)["batches"]
-        assert len(created) == 1, "created at Vertex, not recorded: the orphan"
-        assert created[0]["provider"] == "vertex"
-        op.extra_env.pop("BARGE_FAILPOINT")
-        start(op)
-        wait_for(phase_is(own_cluster, namespace, "crashy", "Succeeded"), 180, "Succeeded after the restart")
-    finally:
-        op.stop()
+    created = crash_then_restart(own_cluster, op, emu, namespace, doc)
+    assert created[0]["provider"] == "vertex"
     assert_one_batch_per_shard(emu, items=600, shards=3)  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)
-    st = status(own_cluster, namespace, "crashy")
-    assert st["counts"]["succeeded"] + st["counts"]["refused"] + st["counts"]["invalid"] + st["counts"]["failed"] == 600
+    st = ended_status(own_cluster, namespace, "crashy", 600)
     assert st["counts"]["invalid"] == 0
     assert st["counts"]["succeeded"] > 0
     assert Decimal(st["usage"]["costUSD"]) > 0, st["usage"]
