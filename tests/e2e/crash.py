@@ -15,8 +15,6 @@ from tests.conftest import state
 from tests.e2e.conftest import Operator, wait_for
 from tests.e2e.test_operator import apply, phase_is, status
 
-FAILPOINT = {"BARGE_FAILPOINT": "after-create"}
-
 
 def start(op: Operator) -> None:
     """Start the operator, giving it 120 s (not Operator.start's 30) to answer /healthz: on a loaded machine a fresh
@@ -29,8 +27,9 @@ def start(op: Operator) -> None:
 def crash_then_restart(
     cluster: Cluster, op: Operator, emu: EmulatorThread, namespace: str, doc: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Run `doc` (an LLMBatchJob) through the kill -9 and the restart on `op` (made with `FAILPOINT` in its env);
-    returns the batches the provider held at the kill (the orphan: exactly one, asserted)."""
+    """Run `doc` (an LLMBatchJob) through the kill -9 (`op` started with the after-create failpoint) and the
+    restart without it; returns the batches the provider held at the kill (the orphan: exactly one, asserted)."""
+    op.extra_env["BARGE_FAILPOINT"] = "after-create"
     start(op)
     try:
         apply(cluster, namespace, yaml.safe_dump(doc))

@@ -20,7 +20,7 @@ from tests.conftest import state
 from tests.contract.bedrock_case import ROLE, s3_endpoint
 from tests.contract.bedrock_case import secret as bedrock_secret
 from tests.e2e.conftest import Operator, credential_secret, own_control_plane, wait_for
-from tests.e2e.crash import FAILPOINT, crash_then_restart, ended_status, start
+from tests.e2e.crash import crash_then_restart, ended_status, start
 from tests.e2e.test_operator import apply, assert_one_batch_per_shard, job_manifest, phase_is, status
 
 pytestmark = pytest.mark.cluster
@@ -51,7 +51,7 @@ def test_kill_9_between_create_and_record_then_restart_keeps_one_job_per_shard(
     doc["spec"]["provider"].update(
         {"type": "bedrock", "model": MODEL, "secretRef": {"name": "bedrock", "key": "bedrock.json"}}
     )
-    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env=dict(FAILPOINT))
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1")
     # the Secret's S3 prefixes are storage: admitted only under the tenant's storage prefixes
     op.policy_sections = {"storage": {"prefixes": [f"file://{op.workdir}/", f"s3://barge-bedrock/{namespace}/"]}}
     crash_then_restart(own_cluster, op, emu, namespace, doc)

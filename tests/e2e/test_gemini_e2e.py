@@ -15,7 +15,7 @@ from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
 from tests.e2e.conftest import Operator
-from tests.e2e.crash import FAILPOINT, crash_then_restart, ended_status
+from tests.e2e.crash import crash_then_restart, ended_status
 from tests.e2e.test_operator import assert_one_batch_per_shard, job_manifest, secret
 from tests.e2e.test_providers_crash import own_cluster
 
@@ -32,7 +32,7 @@ def test_gemini_kill_9_between_create_and_record_then_restart_keeps_one_batch_pe
     secret(own_cluster, namespace)
     doc = yaml.safe_load(job_manifest("crashy", emu.url + "/gemini", tmp_path, n=800))
     doc["spec"]["provider"].update({"type": "gemini", "model": "gemini-2.5-flash"})
-    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env=dict(FAILPOINT))
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1")
     created = crash_then_restart(own_cluster, op, emu, namespace, doc)
     assert created[0]["id"].startswith("batches/")
     assert_one_batch_per_shard(emu, items=800, shards=4)  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)

@@ -14,7 +14,7 @@ from tools.localcluster import Cluster
 
 from barge.emulator.server import EmulatorThread
 from tests.e2e.conftest import Operator, own_control_plane
-from tests.e2e.crash import FAILPOINT, crash_then_restart, ended_status
+from tests.e2e.crash import crash_then_restart, ended_status
 from tests.e2e.test_operator import assert_one_batch_per_shard, job_manifest, secret
 
 pytestmark = pytest.mark.cluster
@@ -39,7 +39,7 @@ def test_kill_9_between_create_and_record_then_restart_keeps_one_batch_per_shard
     secret(own_cluster, namespace)
     doc = yaml.safe_load(job_manifest("crashy", emu.url + path, tmp_path, n=800))
     doc["spec"]["provider"].update({"type": kind, "model": model})
-    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env=dict(FAILPOINT))
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1")
     crash_then_restart(own_cluster, op, emu, namespace, doc)
     assert_one_batch_per_shard(emu, items=800, shards=4)  # shards of 200 (BARGE_MAX_SHARD_REQUESTS)
     ended_status(own_cluster, namespace, "crashy", 800)

@@ -21,7 +21,7 @@ from barge.emulator.server import EmulatorThread
 from tests.contract.vertex_case import BUCKET, gcs_endpoint
 from tests.contract.vertex_case import secret as vertex_secret
 from tests.e2e.conftest import Operator, credential_secret, own_control_plane
-from tests.e2e.crash import FAILPOINT, crash_then_restart, ended_status
+from tests.e2e.crash import crash_then_restart, ended_status
 from tests.e2e.test_operator import assert_one_batch_per_shard, job_manifest
 
 pytestmark = pytest.mark.cluster
@@ -52,7 +52,7 @@ def test_kill_9_between_create_and_record_then_restart_keeps_one_job_per_shard(
     doc["spec"]["provider"].update(
         {"type": "vertex", "model": model, "secretRef": {"name": "vertex", "key": "vertex.json"}}
     )
-    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1", env=dict(FAILPOINT))
+    op = Operator(own_cluster, tmp_path, "http://127.0.0.1:9/v1")
     # the Secret's gcsPrefix is storage: admitted only under the tenant's storage prefixes
     op.policy_sections = {"storage": {"prefixes": [f"file://{op.workdir}/", f"gs://{BUCKET}/{namespace}/"]}}
     created = crash_then_restart(own_cluster, op, emu, namespace, doc)

@@ -314,14 +314,15 @@ class VertexProvider:
                     page = jsonl.parsed(lines, parse_line)
                     seen.update(p[0] for p in page)
                     yield page
-        unfinished = UNFINISHED.get(job_state(job))
+        ended = job_state(job)
+        unfinished = UNFINISHED.get(ended)
         meta = display_metadata(job.display_name)
         if unfinished is None or not meta.get("d"):
             return
         # Vertex leaves out what an expired or cancelled job never ran: read from the job's own input object
         async for lines in jsonl.pages(gcs.chunks(self._paths(meta, meta["d"])[0])):
             page = [
-                (key, unfinished, "", 0, 0, 0, 0, unfinished.value, f"the job ended {job_state(job)}")
+                (key, unfinished, "", 0, 0, 0, 0, unfinished.value, f"the job ended {ended}")
                 for key in _input_keys(lines)
                 if key not in seen
             ]
