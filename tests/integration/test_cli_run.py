@@ -65,6 +65,10 @@ def test_plan_prints_shards_costs_and_invalid_lines(tmp_path: Path) -> None:
     assert "shard 0: 500 requests" in out.stdout
     assert "line 501: malformed_json" in out.stdout
     assert "$" in out.stdout
+    # the job's row of the providers table, with the limits the sharder used
+    words = " ".join(out.stdout.split())  # rich wraps at the terminal's width
+    assert "provider anthropic: at most 100,000 requests and 256 MB per shard; batch price 0.5 x list" in words
+    assert "create idempotent: no" in words
 
 
 def test_bad_input_file_every_line_accounted(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from barge.batch.snapshot import Snapshot
 from barge.cli import waiting
 from barge.ledger import Ledger
 from barge.policy import Refused
-from barge.providers import make_provider
+from barge.providers import facts, make_provider
 from barge.providers.base import Usage
 from barge.storage import StorageError, StoragePolicy, read_lines
 
@@ -126,6 +126,19 @@ def cents(value: Decimal) -> str:
     return f"${value.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):,}"
 
 
+def provider_line(kind: str, max_requests: int, max_bytes: int, ratio: Decimal) -> str:
+    """The job's row of the providers table (barge.providers.facts), with the limits its adapter really uses."""
+    row = facts.BY_TYPE.get(kind)
+    limits = f"at most {max_requests:,} requests and {facts.size(max_bytes)} per shard"
+    if row is None:  # an engine pool: no provider batch
+        return f"provider {kind}: {limits}"
+    plain = {k: facts.plain(getattr(row, k)) for k in ("idempotent", "orphan", "retention", "window")}
+    return (
+        f"provider {kind}: {limits}; batch price {ratio} x list; create idempotent: {plain['idempotent']}; "
+        f"an orphan is found by {plain['orphan']}; retention deletes {plain['retention']}; window {plain['window']}"
+    )
+
+
 def plan_command(manifest_path: Path) -> None:
     plan_job(load_manifest(manifest_path), manifest_path)
 
@@ -175,6 +188,7 @@ def plan_job(manifest: LLMBatchJob, manifest_path: Path) -> None:
     out.print(summary)
     for n, shard in enumerate(shards):
         out.print(f"shard {n}: {shard.count} requests, {shard.size / 1e6:.1f} MB")
+    out.print(provider_line(spec.provider.type, provider.max_requests, provider.max_bytes, table.batch_discount))
     if table.price(job.model) is None and spec.budget and spec.budget.price is None:
         out.print(
             f"[red]no price known for {job.model!r} and spec.budget is set: barge run (and the operator) would leave "

@@ -111,6 +111,21 @@ def emulator(
 
 
 @app.command()
+def providers() -> None:
+    """Print the providers table: limits per shard, batch price ratio, idempotency, orphan lookup, retention.
+
+    One block per provider type (the table has too many columns for a terminal); docs/reference/providers.md has it
+    as a table.
+    """
+    from barge.providers import facts
+
+    for n, f in enumerate(facts.FACTS):
+        typer.echo(("\n" if n else "") + f.type)
+        for name, cell in list(zip(facts.COLUMNS, facts.row(f), strict=True))[1:]:
+            typer.echo(f"  {name}: {facts.plain(cell)}")
+
+
+@app.command()
 def plan(
     manifest: Annotated[Path, typer.Argument(help="LLMBatchJob or LLMBatchSchedule manifest (YAML).")],
     runs: Annotated[int, typer.Option(help="LLMBatchSchedule: how many upcoming runs to list.", min=1)] = 5,
