@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from barge import sharding
 from barge.k8s import pool_network as engine_fence
 from barge.ledger import lifetime
 from barge.policy import Policy, parse
@@ -96,6 +97,8 @@ class OperatorConfig:
     ledger_purge_older_than: str = ""
     """Also drop the texts of every job that ended longer ago than this, e.g. 30d (BARGE_LEDGER_PURGE_OLDER_THAN;
     empty: only keep times count)."""
+    shard: sharding.Shard = field(default_factory=sharding.Shard)
+    """The namespaces this process owns among several active operators (BARGE_SHARD=i/N; barge/sharding.py)."""
     peering: str | None = None
     """Kopf peering name for several operator replicas; None runs standalone."""
     peering_priority: int = 0
@@ -163,6 +166,7 @@ class OperatorConfig:
             "pool_network": engine_fence.parse(env.get(engine_fence.ENV, "")),
             "peering_priority": peering_priority(env.get("BARGE_PEERING_PRIORITY", str(cls.peering_priority))),
             "peering_lifetime": int(env.get("BARGE_PEERING_LIFETIME", cls.peering_lifetime)),
+            "shard": sharding.parse(env.get("BARGE_SHARD", "")),
             "ledger_purge_seconds": float(env.get("BARGE_LEDGER_PURGE_SECONDS", cls.ledger_purge_seconds)),
             "ledger_purge_older_than": env.get("BARGE_LEDGER_PURGE_OLDER_THAN", cls.ledger_purge_older_than),
             "delete_provider_copies": env.get("BARGE_DELETE_PROVIDER_COPIES", "true").strip().lower()
@@ -186,6 +190,11 @@ class OperatorConfig:
             lifetime.seconds(config.ledger_purge_older_than)  # a bad duration stops the operator at start-up
         if not 14 <= config.output_expires_after_days <= 30:
             raise ValueError("output expiry must be 14..30 days (what Azure accepts; OpenAI accepts it too)")
+        if config.shard.sharded and not config.ledger_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(
+                f"BARGE_SHARD={config.shard}: several shards share one PostgreSQL ledger (BARGE_LEDGER_URL), "
+                "where their admission is decided; a SQLite file belongs to one process"
+            )
         if config.peering_lifetime < 2:
             raise ValueError("peering lifetime must be at least 2 seconds")
         if config.focus_export_period not in ("hour", "day") or config.focus_export_seconds <= 0:

@@ -203,6 +203,26 @@ spend_hours = Table(
     Index("ix_spend_hour", "hour"),
 )
 
+#: The admission queues' waiting jobs, when several operators share the ledger (barge/sharding.py): each shard
+#: writes its own waiting jobs here, and every decision on a deployment, taken under that deployment's advisory lock,
+#: reads all of them (ledger/waiting.py). One row per (deployment key, job); rows not refreshed for a while are
+#: ignored (their shard stopped asking) and removed.
+admission_waiting = Table(
+    "admission_waiting",
+    metadata,
+    Column("quota_key", String(64), primary_key=True),
+    Column("job", String(400), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("priority", BigInteger, nullable=False),
+    Column("own_priority", BigInteger, nullable=False),
+    Column("created", Float, nullable=False),
+    Column("since", Float, nullable=False),
+    Column("seen", Float, nullable=False),
+    Column("shards", Text, nullable=False),  # JSON list of each waiting shard's estimated tokens
+    Column("enqueued_tokens", BigInteger, nullable=False),  # the quota this job's pool declared
+    Column("max_live_batches", Integer, nullable=False),
+)
+
 #: Columns made 64-bit after a table's first release, (table, column): PostgreSQL ledgers made before get them
 #: widened when opened (SQLite's INTEGER is 64-bit whatever the declared type).
 WIDENED = tuple(("batches", c) for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))

@@ -84,6 +84,10 @@ class Context:
     """Per provider deployment, the jobs waiting for its batch quota (operator/quota.py)."""
     _engine: Engine | None = None
 
+    def __post_init__(self) -> None:
+        if self.config is not None and self.config.shard.sharded:  # several active operators: one admission queue per deployment among them
+            self.queues = quota_.Queues(shared=self.ledger)
+
     def guard(self, key: str) -> asyncio.Lock:
         return self.guards.setdefault(key, asyncio.Lock())
 

@@ -69,6 +69,15 @@ def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     return settings
 
 
+def peering_name(config: OperatorConfig) -> str | None:
+    """The Kopf peering this replica joins. Each shard is its own peering (its replicas elect one leader among
+    themselves, not one among every shard): shard 0 keeps the configured name, shard i>0 joins `<name>-shard-<i>`,
+    an object the admin creates beside the first."""
+    if config.peering is None or config.shard.first:
+        return config.peering
+    return f"{config.peering}-shard-{config.shard.index}"
+
+
 def _run(config: OperatorConfig) -> None:
     for chatty in ("httpx", "httpx2", "aiohttp.access"):  # one line per HTTP request drowns the useful ones
         logging.getLogger(chatty).setLevel(logging.WARNING)
@@ -84,7 +93,7 @@ def _run(config: OperatorConfig) -> None:
             registry=registry,
             settings=settings,
             standalone=config.peering is None,
-            peering_name=config.peering,
+            peering_name=peering_name(config),
             priority=config.peering_priority,
             clusterwide=config.all_namespaces,
             namespaces=config.namespaces,

@@ -191,7 +191,16 @@ class BargeCollector(Collector):
         self.ctx = ctx
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """With several shards (barge/sharding.py) each reports the objects of its own namespaces (the watch's
+        book) and shard 0 alone the ledger-wide families (items, tokens, cost, cleanups, held text, space, tenant
+        budgets): a sum over the shards' pods counts everything once."""
         now = time.time()
+        if not self.ctx.config.shard.first:
+            yield from self._jobs(now, {})
+            yield from self._pools()
+            yield self._pending()
+            yield from self._errors()
+            return
         rows = self.ctx.ledger.metric_rows()
         for name, more in lifetime.counted_elsewhere(self.ctx.ledger).items():  # purged jobs, unlisted lines
             rows[name] = [*rows[name], *more]
@@ -200,6 +209,16 @@ class BargeCollector(Collector):
         yield from self._jobs(now, tenant_of)
         yield from self._pools()
         yield self._pending()
+        yield from self._errors()
+        yield from self._ledger(rows, now)
+        yield from self._cleanups(rows["cleanup"])
+        yield from self._held(now)
+        yield from self._space()
+        yield from tenant_metrics.collect(self.ctx.ledger, self.ctx.config.policy.budgets, self.ctx.prices, now)
+        yield from second_door.collect(self.ctx.doors)
+        yield from reconcile_timer.collect(self.ctx.reconciled)
+
+    def _errors(self) -> Iterator[CounterMetricFamily]:
         errors = CounterMetricFamily("barge_ledger_errors", "Engine steps that failed unexpectedly")
         errors.add_metric([], self.ctx.ledger_errors)
         yield errors
@@ -209,13 +228,6 @@ class BargeCollector(Collector):
         for reason in sorted({*ALERTED_FAULTS, *self.ctx.step_errors}):
             step_errors.add_metric([reason], self.ctx.step_errors.get(reason, 0))
         yield step_errors
-        yield from self._ledger(rows, now)
-        yield from self._cleanups(rows["cleanup"])
-        yield from self._held(now)
-        yield from self._space()
-        yield from tenant_metrics.collect(self.ctx.ledger, self.ctx.config.policy.budgets, self.ctx.prices, now)
-        yield from second_door.collect(self.ctx.doors)
-        yield from reconcile_timer.collect(self.ctx.reconciled)
 
     def _space(self) -> Iterator[GaugeMetricFamily]:
         """The ledger's volume (SQLite; statvfs and file sizes, cheap at each scrape): alerts fire before planning

@@ -10,10 +10,15 @@ ledger/quota.py), so a restart loses only the waiting list, which the job daemon
 the admission window (a job waits `BARGE_ADMISSION_GATHER_SECONDS` in the queue before it may go) lets jobs
 arriving together, or re-registering after a restart, be ordered by the rules rather than by who stepped first.
 
-One process decides: with several operator replicas only the Kopf peering leader runs handlers, so the queue in
-its memory is the whole queue. Inside it, job steps run on several engine loops (threads, operator/engine.py) and
-the metrics are rendered in a thread: the queue's data is guarded by one plain lock held briefly (never across an
-await), and a deployment's turn by a lock any loop can wait for without blocking its thread (`_TurnLock`).
+One process decides for its namespaces: with several replicas only the Kopf peering leader runs handlers, so the
+queue in its memory is the whole queue. With several active operators (shards of the namespaces sharing one
+PostgreSQL ledger, barge/sharding.py) the queue is `shared`: a deployment's turn is also held across processes
+by an advisory lock, every shard's waiting jobs are read from the ledger at each decision, and what is in flight
+and when each tenant was served are read afresh (operator/shared_admission.py, ledger/waiting.py).
+
+Inside a process, job steps run on several engine loops (threads, operator/engine.py) and the metrics are
+rendered in a thread: the queue's data is guarded by one plain lock held briefly (never across an await), and a
+deployment's turn by a lock any loop can wait for without blocking its thread (`_TurnLock`).
 
 A held job with nothing in flight is phase `Queued` with `Admitted=False`: reason `QuotaExhausted` (the quota
 cannot take the head of the queue, or the deployment backs off after a `token_limit_exceeded` answer) or
@@ -44,7 +49,8 @@ from barge.batch.bounded import bound
 from barge.batch.snapshot import Snapshot, rfc3339
 from barge.ledger import Ledger
 from barge.ledger import quota as ledger_quota
-from barge.operator import kstatus
+from barge.ledger import waiting as ledger_waiting
+from barge.operator import kstatus, shared_admission
 from barge.operator import status as status_
 
 #: What is in flight is re-read from the ledger at most this long after it was last read, even with no event
@@ -148,6 +154,8 @@ class _Deployment:
     live: aq.Live | None = None
     live_at: float = 0.0
     served: dict[str, float] | None = None
+    others: list[ledger_waiting.Row] = field(default_factory=list)
+    """Shared: the jobs other processes had waiting at the last decision (their pools' quotas count too)."""
 
 
 @dataclass
@@ -167,8 +175,10 @@ class _Histogram:
 class Queues:
     """Every deployment's queue, the jobs' ledger marks, and what the metrics report."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, shared: Ledger | None = None) -> None:
         self.clock = clock
+        self.shared = shared
+        """The ledger several shards share: their queues are one (None: this process is the only one)."""
         self.mutex = threading.Lock()
         """Guards everything below and the deployments' data; held briefly, never across an await."""
         self.deployments: dict[str, _Deployment] = {}
@@ -208,8 +218,9 @@ class Queues:
     def leave(self, job_key: str) -> None:
         """The job no longer waits anywhere (deleted, suspended, finished, or gone to the synchronous path)."""
         with self.mutex:
-            for dep in self.deployments.values():
-                dep.entries.pop(job_key, None)
+            found = [dep.entries.pop(job_key, None) is not None for dep in self.deployments.values()]
+        if self.shared is not None and any(found):
+            ledger_waiting.leave(self.shared, job_key)
 
     def forget(self, job_key: str) -> None:
         """The job ended: it waits nowhere and its ledger mark is no longer remembered here (L5)."""
@@ -286,6 +297,8 @@ class JobGate:
         quota = self.at.quota
         for entry in self.dep.entries.values():
             quota = quota.tighter(entry.quota)
+        for row in self.dep.others:
+            quota = quota.tighter(shared_admission.as_quota(row))
         return quota
 
     def turn(self, shards: Sequence[int]) -> AbstractAsyncContextManager[int]:
@@ -298,10 +311,11 @@ class JobGate:
         self._mark()  # before anything is created: its batches count from the start
         with queues.mutex:
             leaving = not shards or self.halted()
-            if leaving:
-                dep.entries.pop(self.key, None)
+            waited = leaving and dep.entries.pop(self.key, None) is not None
             limited = self._quota().limited
             backoff = self._backoff_message() if queues.clock() < dep.until else ""
+        if waited and queues.shared is not None:
+            await asyncio.to_thread(ledger_waiting.leave, queues.shared, self.key, dep.key)
         if leaving:
             yield 0
             return
@@ -310,7 +324,12 @@ class JobGate:
                 self.held = Held("QuotaExhausted", backoff)
             yield 0 if backoff else len(shards)
             return
-        async with dep.turn.hold():
+        across = (
+            shared_admission.turn(queues.shared, dep.key) if queues.shared is not None else contextlib.nullcontext()
+        )
+        async with dep.turn.hold(), across:
+            if queues.shared is not None:  # every shard's waiting jobs, this one's refreshed first
+                await asyncio.to_thread(self._share, shards)
             with queues.mutex:
                 decision, entry = self._decide(shards)
                 admitted = decision.admitted.get(self.key, 0)
@@ -321,7 +340,36 @@ class JobGate:
             finally:
                 if admitted:
                     with queues.mutex:
-                        self._admitted(entry, shards, admitted)
+                        left = self._admitted(entry, shards, admitted)
+                    if queues.shared is not None:
+                        await asyncio.to_thread(self._shared_admitted, left)
+
+    def _share(self, shards: list[int]) -> None:
+        """Shared: this job's row written (as it will wait if not admitted now), the others' read, and what is in
+        flight and when each tenant was served read afresh: other shards create batches too (in a thread, holding
+        the deployment's lock)."""
+        queues, dep, now = self.queues, self.dep, self.queues.clock()
+        assert queues.shared is not None
+        with queues.mutex:
+            entry = dep.entries.get(self.key)
+            since = entry.waiting.since if entry is not None else now
+        w = aq.Waiting(self.key, self.tenant, self.priority, self.created, tuple(shards), since, self.own_priority)
+        ledger_waiting.publish(queues.shared, dep.key, shared_admission.as_row(w, self.at.quota, now))
+        rows = ledger_waiting.fresh(queues.shared, dep.key, now - self.ttl)
+        live = aq.Live(*ledger_quota.live(self.ledger, dep.key))
+        served = ledger_quota.last_served(self.ledger, dep.key)
+        with queues.mutex:
+            dep.others = [r for r in rows if r.job not in dep.entries and r.job != self.key]
+            dep.live, dep.live_at, dep.served = live, now, served
+
+    def _shared_admitted(self, left: aq.Waiting | None) -> None:
+        assert self.queues.shared is not None
+        if left is None:
+            ledger_waiting.leave(self.queues.shared, self.key, self.dep.key)
+        else:
+            ledger_waiting.publish(
+                self.queues.shared, self.dep.key, shared_admission.as_row(left, self.at.quota, self.queues.clock())
+            )
 
     def _decide(self, shards: list[int]) -> tuple[aq.Decision, _Entry]:
         """Join or refresh the queue and ask the rules (the caller holds the turn and the mutex)."""
@@ -348,7 +396,7 @@ class JobGate:
         decision = aq.decide(
             self._quota(),
             dep.live,
-            [e.waiting for e in dep.entries.values()],
+            [e.waiting for e in dep.entries.values()] + [shared_admission.as_waiting(r) for r in dep.others],
             dep.served,
             now,
             gather=self.gather,
@@ -356,7 +404,7 @@ class JobGate:
         )
         return decision, entry
 
-    def _admitted(self, entry: _Entry, shards: list[int], admitted: int) -> None:
+    def _admitted(self, entry: _Entry, shards: list[int], admitted: int) -> aq.Waiting | None:
         queues, dep, now = self.queues, self.dep, self.queues.clock()
         dep.live = None  # the ledger holds the new batches (or open intents): read again at the next decision
         assert dep.served is not None
@@ -367,8 +415,9 @@ class JobGate:
             entry.started = True
         if admitted < len(shards):
             entry.waiting = replace(entry.waiting, shards=tuple(shards[admitted:]))
-        else:
-            dep.entries.pop(self.key, None)
+            return entry.waiting
+        dep.entries.pop(self.key, None)
+        return None
 
     def _backoff_message(self) -> str:
         return (
@@ -428,7 +477,9 @@ class JobGate:
         self._mark()
         if not self.turned:
             with self.queues.mutex:
-                self.dep.entries.pop(self.key, None)
+                waited = self.dep.entries.pop(self.key, None) is not None
+            if waited and self.queues.shared is not None:
+                ledger_waiting.leave(self.queues.shared, self.key, self.dep.key)
         if self.held is not None:
             snap.extra[SNAPSHOT_KEY] = self.held
 
