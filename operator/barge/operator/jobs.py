@@ -85,7 +85,8 @@ class Context:
     _engine: Engine | None = None
 
     def __post_init__(self) -> None:
-        if self.config is not None and self.config.shard.sharded:  # several active operators: one admission queue per deployment among them
+        # several active operators: one admission queue per deployment among them
+        if self.config is not None and self.config.shard.sharded:
             self.queues = quota_.Queues(shared=self.ledger)
 
     def guard(self, key: str) -> asyncio.Lock:
