@@ -270,7 +270,8 @@ def operator(
 
     Settings from the environment: BARGE_LEDGER_URL, BARGE_ALLOWED_FILE_ROOTS (colon-separated roots for
     file:// inputs and outputs), BARGE_POLL_SECONDS, BARGE_MIN_BATCH_WINDOW, BARGE_MAX_SHARD_REQUESTS, BARGE_PRICES,
-    BARGE_PEERING_PRIORITY, BARGE_PEERING_LIFETIME.
+    BARGE_PEERING_PRIORITY, BARGE_PEERING_LIFETIME, BARGE_SHARD (i/N: this process is shard i of N, see
+    docs/how-to/sharding.md).
     Watches every namespace when none is named.
     """
     from barge.operator import ports
