@@ -64,6 +64,25 @@ def job(namespace: str, name: str, priority: int, output: str) -> dict[str, Any]
     }
 
 
+def team(cluster: Cluster, ns: str, tenant: str, url: str) -> str:
+    """A team's namespace (labelled with its tenant) with its Azure credential and the shipped Global Batch pool
+    pointed at the emulator, declaring the quota."""
+    pool = yaml.safe_load((REPO / "manifests/samples/inferencepool-azure-global-batch.yaml").read_text())
+    pool["spec"]["provider"]["baseURL"] = url
+    pool["spec"]["quota"] = {"enqueuedTokens": LIMIT}
+    cluster.run_kubectl("create", "namespace", ns)
+    cluster.run_kubectl("label", "namespace", ns, f"barge.dev/tenant={tenant}")
+    credential_secret(cluster, ns, "azure-openai", {"api-key": SECRET})
+    cluster.run_kubectl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(pool))
+    return ns
+
+
+def pool_ready(cluster: Cluster, ns: str) -> bool:
+    body = kubectl_json(cluster, "-n", ns, "get", "bpool", "azure-global-batch")
+    conds = (body.get("status") or {}).get("conditions") or []  # type: ignore[union-attr]
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)  # type: ignore[index,union-attr]
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include `labels`."""
     total = 0.0
@@ -78,26 +97,11 @@ def test_three_jobs_two_tenants_one_deployment_quota(
     cluster: Cluster, operator: Operator, azure: EmulatorThread
 ) -> None:
     namespaces = {}
-    pool = yaml.safe_load((REPO / "manifests/samples/inferencepool-azure-global-batch.yaml").read_text())
-    pool["spec"]["provider"]["baseURL"] = azure.url
-    pool["spec"]["quota"] = {"enqueuedTokens": LIMIT}
     for tenant in ("acme", "globex"):
-        ns = f"adm-{tenant}-{os.urandom(3).hex()}"
-        cluster.run_kubectl("create", "namespace", ns)
-        cluster.run_kubectl("label", "namespace", ns, f"barge.dev/tenant={tenant}")
-        credential_secret(cluster, ns, "azure-openai", {"api-key": SECRET})
-        cluster.run_kubectl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(pool))
+        namespaces[tenant] = team(cluster, f"adm-{tenant}-{os.urandom(3).hex()}", tenant, azure.url)
         (operator.workdir / tenant).mkdir(exist_ok=True)
-        namespaces[tenant] = ns
-
-    def ready(ns: str) -> bool:
-        conds = (kubectl_json(cluster, "-n", ns, "get", "bpool", "azure-global-batch").get("status") or {}).get(
-            "conditions"
-        ) or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)  # type: ignore[index,union-attr]
-
     for ns in namespaces.values():
-        wait_for(lambda ns=ns: ready(ns), 120, f"pool Ready in {ns}")
+        wait_for(lambda ns=ns: pool_ready(cluster, ns), 120, f"pool Ready in {ns}")
     docs = [
         job(namespaces[tenant], name, priority, f"file://{operator.workdir}/{tenant}/admission-{name}-{os.getpid()}/")
         for tenant, name, priority in JOBS

@@ -23,9 +23,9 @@ from tools.localcluster import Cluster
 
 from barge import sharding
 from barge.emulator.server import EmulatorThread
-from tests.conftest import REPO, Factory, fresh_database, kubectl_json, state
-from tests.e2e.conftest import SECRET, Operator, admin_policy, credential_secret, own_control_plane, wait_for
-from tests.e2e.test_admission import DEPLOYMENT, LIMIT, job
+from tests.conftest import Factory, fresh_database, kubectl_json, state
+from tests.e2e.conftest import Operator, admin_policy, own_control_plane, wait_for
+from tests.e2e.test_admission import DEPLOYMENT, LIMIT, job, pool_ready, team
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 SHARDS = 3
@@ -83,27 +83,12 @@ def test_three_shards_step_their_own_jobs_and_never_over_admit_the_shared_deploy
     shard_cluster: Cluster, shards: list[Operator], azure: EmulatorThread, tmp_path: Path
 ) -> None:
     cluster = shard_cluster
-    pool = yaml.safe_load((REPO / "manifests/samples/inferencepool-azure-global-batch.yaml").read_text())
-    pool["spec"]["provider"]["baseURL"] = azure.url
-    pool["spec"]["quota"] = {"enqueuedTokens": LIMIT}
     namespaces = {}
     for i, tenant in enumerate(TENANTS):
-        ns = namespace_of(i, tenant)
-        cluster.run_kubectl("create", "namespace", ns)
-        cluster.run_kubectl("label", "namespace", ns, f"barge.dev/tenant={tenant}")
-        credential_secret(cluster, ns, "azure-openai", {"api-key": SECRET})
-        cluster.run_kubectl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(pool))
+        namespaces[tenant] = team(cluster, namespace_of(i, tenant), tenant, azure.url)
         (tmp_path / tenant).mkdir(exist_ok=True)
-        namespaces[tenant] = ns
-
-    def ready(ns: str) -> bool:
-        conds = (kubectl_json(cluster, "-n", ns, "get", "bpool", "azure-global-batch").get("status") or {}).get(
-            "conditions"
-        ) or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)  # type: ignore[index,union-attr]
-
     for ns in namespaces.values():
-        wait_for(lambda ns=ns: ready(ns), 120, f"pool Ready in {ns}")
+        wait_for(lambda ns=ns: pool_ready(cluster, ns), 120, f"pool Ready in {ns}")
     names = {tenant: tenant[0] for tenant in TENANTS}  # one letter: 40 estimated tokens an item (test_admission)
     docs = [job(namespaces[t], names[t], 0, f"file://{tmp_path}/{t}/shards-{names[t]}/") for t in TENANTS]
     cluster.run_kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
