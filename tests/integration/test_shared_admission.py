@@ -53,10 +53,6 @@ class Run:
     async def step(self, i: int) -> None:
         """The job's daemon: ask for a turn until every shard is created."""
         ledger, key, tenant = self.ledgers[i], self.job(i), TENANTS[i]
-        ledger.ensure_job(key, "h", tenant, "dep")
-        ledger.add_items(key, [
-            {"custom_id": f"c{n}", "line": n, "state": "pending", "est_tokens": TOKENS} for n in range(1, SHARDS + 1)
-        ])  # fmt: skip
         made = 0
         while made < SHARDS and not (self.stop_over and self.peak > QUOTA):
             gate = self.queues[i].gate(
@@ -91,6 +87,12 @@ class Run:
 
     async def go(self) -> None:
         done = asyncio.Event()
+        for i, tenant in enumerate(TENANTS):  # every job exists before any asks: they all wait from the start
+            self.ledgers[i].ensure_job(self.job(i), "h", tenant, "dep")
+            self.ledgers[i].add_items(self.job(i), [
+                {"custom_id": f"c{n}", "line": n, "state": "pending", "est_tokens": TOKENS}
+                for n in range(1, SHARDS + 1)
+            ])  # fmt: skip
         ending = asyncio.create_task(self.provider(done))
         await asyncio.wait_for(asyncio.gather(*(self.step(i) for i in range(len(TENANTS)))), 60)
         done.set()
