@@ -142,6 +142,8 @@ def test_hold_forbid_history_and_a_restart_across_a_scheduled_time(
     held_status = runs(cluster, namespace, "held")[second_name]["status"]
     admitted = next(c for c in held_status["conditions"] if c["type"] == "Admitted")
     assert (admitted["status"], admitted["reason"]) == ("False", "HeldBySchedule")
+    # forbid's first run may still be starting after the restart (a loaded machine): wait for its batch, then count
+    wait_for(lambda: len(slow.store.batches) >= 2, 30, "the first runs' batches")
     assert len(slow.store.batches) == 2, "one batch per schedule's first run; nothing submitted for the held run"
     at_t2 = [n for n, j in runs(cluster, namespace, "held").items() if scheduled(j) == t2]
     assert at_t2 == [second_name]
