@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from barge import sharding
+from barge import ledger, sharding
 from barge.k8s import pool_network as engine_fence
 from barge.ledger import lifetime
 from barge.policy import Policy, parse
@@ -190,7 +190,7 @@ class OperatorConfig:
             lifetime.seconds(config.ledger_purge_older_than)  # a bad duration stops the operator at start-up
         if not 14 <= config.output_expires_after_days <= 30:
             raise ValueError("output expiry must be 14..30 days (what Azure accepts; OpenAI accepts it too)")
-        if config.shard.sharded and not config.ledger_url.startswith(("postgresql://", "postgres://")):
+        if config.shard.sharded and not ledger.is_postgresql(config.ledger_url):
             raise ValueError(
                 f"BARGE_SHARD={config.shard}: several shards share one PostgreSQL ledger (BARGE_LEDGER_URL), "
                 "where their admission is decided; a SQLite file belongs to one process"

@@ -61,9 +61,14 @@ class ItemUpdate:
     usage: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
+def is_postgresql(url: str) -> bool:
+    """A ledger URL naming a PostgreSQL server (anything else is a SQLite file)."""
+    return url.startswith(("postgresql://", "postgres://"))
+
+
 def normalise_url(url: str) -> str:
     """`./x.db` or `sqlite:///x.db` -> SQLite; `postgresql://` -> psycopg 3."""
-    if url.startswith(("postgresql://", "postgres://")):
+    if is_postgresql(url):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite:"):
         return url
