@@ -308,7 +308,7 @@ async def run(ctx: Context, body: Any, stopped: Any, post: Poster) -> None:
         current = await _write(ctx, meta, current, new)
         if snap.terminal:  # its lock and quota marks are not needed any more (made again if it ever steps: L5)
             ctx.guards.pop(key, None)
-            ctx.queues.forget(key)
+            await asyncio.to_thread(ctx.queues.forget, key)  # as leave: a ledger write when sharded
             return
         await stopped.wait(interval)
 
@@ -445,7 +445,7 @@ async def cancel_on_delete(ctx: Context, body: Any, post: Poster) -> None:
     meta = {k: body["metadata"].get(k) for k in ("namespace", "name", "uid")}
     key = job_key(meta)
     ctx.deleting.add(key)
-    ctx.queues.leave(key)
+    await asyncio.to_thread(ctx.queues.leave, key)  # sharded, it deletes the job's row in the shared waiting list
     kopf_loop = asyncio.get_running_loop()
 
     async def resolve() -> Target:  # on Kopf's loop (the API client's), read fresh: no Secret from a cache
