@@ -117,7 +117,7 @@ def test_helm_lint_strict(helm: Path, values: Path) -> None:
 
 def test_every_ci_scenario_exists() -> None:
     names = {p.name for p in CI_VALUES}
-    assert names >= {f"{n}-values.yaml" for n in ("default", "postgresql", "namespaced", "ha", "monitoring")}
+    assert names >= {f"{n}-values.yaml" for n in ("default", "postgresql", "namespaced", "ha", "monitoring", "sharded")}
 
 
 # --- defaults ------------------------------------------------------------------------------------------------
@@ -254,6 +254,63 @@ def test_ha_turns_on_peering_with_its_crds_rbac_object_and_a_pdb(helm: Path, tmp
     assert build_rules("peering-watched")[0] not in role["rules"]
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"] == {"minAvailable": 1, "selector": deploy["spec"]["selector"]}
+
+
+def test_shards_get_a_deployment_pdb_and_peering_each_with_disjoint_selectors(helm: Path, tmp: Path) -> None:
+    docs = render(helm, tmp, {"sharding": {"shards": 3}, "replicas": 2, "hostNetwork": True, **PG})
+    deployments = sorted((d for d in docs if d["kind"] == "Deployment"), key=lambda d: d["metadata"]["name"])
+    assert [d["metadata"]["name"] for d in deployments] == ["barge-shard-0", "barge-shard-1", "barge-shard-2"]
+    selectors = []
+    for i, deploy in enumerate(deployments):
+        spec = deploy["spec"]
+        assert spec["replicas"] == 2
+        selector = spec["selector"]["matchLabels"]
+        assert selector["barge.dev/shard"] == str(i)
+        assert spec["template"]["metadata"]["labels"].items() >= selector.items()
+        selectors.append(selector)
+        (box,) = spec["template"]["spec"]["containers"]
+        values = {e["name"]: e.get("value") for e in box["env"]}
+        assert values["BARGE_SHARD"] == f"{i}/3"
+        assert "--peering=barge" in box["args"]  # the operator derives barge-shard-i itself
+        # on the node's network the shards may share a node: each its own port
+        assert f"--metrics-port={8080 + i}" in box["args"]
+        assert box["ports"][0]["containerPort"] == 8080 + i
+    assert len({tuple(sorted(s.items())) for s in selectors}) == 3  # no Deployment adopts another's pods
+    pdbs = {
+        d["metadata"]["name"]: d["spec"]["selector"]["matchLabels"] for d in docs if d["kind"] == "PodDisruptionBudget"
+    }
+    assert pdbs == {f"barge-shard-{i}": selectors[i] for i in range(3)}
+    peerings = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "ClusterKopfPeering")
+    assert peerings == ["barge", "barge-shard-1", "barge-shard-2"]
+    # the metrics Service spans every shard's pods (each reports its own jobs; only shard 0 the ledger-wide ones)
+    service = one(docs, "Service", "barge-metrics")
+    assert all(set(service["spec"]["selector"].items()) <= set(s.items()) for s in selectors)
+
+
+def test_one_shard_keeps_the_unsharded_names_and_no_shard_setting(helm: Path, tmp: Path) -> None:
+    docs = render(helm, tmp, {"sharding": {"shards": 1}, "replicas": 2, **PG})
+    deploy = one(docs, "Deployment", "barge")
+    assert "barge.dev/shard" not in deploy["spec"]["selector"]["matchLabels"]
+    assert "BARGE_SHARD" not in env(docs)
+    assert one(docs, "PodDisruptionBudget")["metadata"]["name"] == "barge"
+    assert one(docs, "ClusterKopfPeering")["metadata"]["name"] == "barge"
+
+
+def test_namespaced_shards_get_a_kopf_peering_per_shard_in_each_namespace(helm: Path, tmp: Path) -> None:
+    docs = render(
+        helm,
+        tmp,
+        {"watch": {"allNamespaces": False, "namespaces": ["team-a", "team-b"]}, "sharding": {"shards": 2},
+         "peering": {"enabled": True}, **PG},
+    )  # fmt: skip
+    peerings = sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "KopfPeering")
+    assert peerings == [
+        ("team-a", "barge"),
+        ("team-a", "barge-shard-1"),
+        ("team-b", "barge"),
+        ("team-b", "barge-shard-1"),
+    ]
+    assert "PodDisruptionBudget" not in kinds(docs)  # one replica per shard
 
 
 def test_namespaced_watch_gets_a_role_per_namespace_and_only_the_cluster_minimum(helm: Path, tmp: Path) -> None:
@@ -406,6 +463,8 @@ def test_notes_give_next_steps_for_the_installed_mode(helm: Path, tmp: Path) -> 
         ({"ledger": {"postgresql": {"enabled": True}}}, "existingSecret"),
         ({"watch": {"allNamespaces": False}}, "namespaces"),
         ({"replicas": 0}, "replicas"),
+        ({"sharding": {"shards": 2}}, "/ledger/postgresql/enabled"),
+        ({"sharding": {"shards": 0}}, "shards"),
         ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"metrics": {"serviceMonitor": {"enabled": True, "labels": {}}}}, "labels"),
     ],
@@ -418,6 +477,8 @@ def test_notes_give_next_steps_for_the_installed_mode(helm: Path, tmp: Path) -> 
         "postgresql-without-secret",
         "namespaced-without-namespaces",
         "zero-replicas",
+        "shards-with-sqlite",
+        "zero-shards",
         "bad-enum",
         "unknown-monitoring-key",
     ],

@@ -47,6 +47,23 @@ app.kubernetes.io/part-of: barge
 {{- if or (gt (int .Values.replicas) 1) .Values.peering.enabled }}true{{ end }}
 {{- end }}
 
+{{/* Several operators, each active for its shard of the namespaces (sharding.shards > 1). */}}
+{{- define "barge.sharded" -}}
+{{- if gt (int .Values.sharding.shards) 1 }}true{{ end }}
+{{- end }}
+
+{{/* The Kopf peering names in use: peering.name, and <peering.name>-shard-i for each shard i > 0 (the operator
+derives its own from --peering and BARGE_SHARD). */}}
+{{- define "barge.peeringNames" -}}
+{{- $names := list .Values.peering.name }}
+{{- range $shard := until (int .Values.sharding.shards) }}
+{{- if $shard }}
+{{- $names = append $names (printf "%s-shard-%d" $.Values.peering.name $shard) }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
 {{/* Annotations of a CRD: kept on uninstall while crds.keep. */}}
 {{- define "barge.crdAnnotations" -}}
 {{- if .Values.crds.keep }}
