@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from barge.batch.admission_queue import BatchQuota
-from barge.ledger import Ledger, waiting
+from barge.ledger import Ledger, backoff, waiting
 from barge.ledger import quota as ledger_quota
 from barge.operator import quota
 from barge.policy import parse
@@ -124,3 +126,49 @@ async def test_the_same_run_deciding_alone_in_each_process_over_admits(postgres_
     run = Run(fresh_database(postgres_url), shared=False)
     await run.go()
     assert run.peak > QUOTA  # what the shared queue prevents
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "alone"])
+async def test_a_token_limit_answer_heard_by_one_shard_backs_off_every_shard(postgres_url: str, shared: bool) -> None:
+    """Shard 0's batch is answered token_limit_exceeded (the quota is in use outside Barge): shard 1 creates
+    nothing on the deployment until the backoff has passed, the next answer (heard by shard 1) doubles it, and a
+    batch that ends well after it clears it. Alone, shard 1 hears nothing and creates at once."""
+    url, now = fresh_database(postgres_url), [1_000.0]
+    ledgers = [Ledger(url) for _ in range(2)]
+    queues = [quota.Queues(clock=lambda: now[0], shared=ledger if shared else None) for ledger in ledgers]
+
+    def gate(i: int) -> quota.JobGate:
+        return queues[i].gate(
+            ledgers[i], f"ns-{TENANTS[i]}/job/{i}", tenant=TENANTS[i], priority=0, created=float(i),
+            namespace=f"ns-{TENANTS[i]}", at=AT, gather=0.0, backoff=60.0, ttl=5.0, policy=POLICY,
+        )  # fmt: skip
+
+    async def created(i: int) -> tuple[int, quota.Held | None]:
+        g = gate(i)
+        async with g.turn([TOKENS]) as admitted:
+            return admitted, g.held
+
+    for i in range(2):
+        ledgers[i].ensure_job(f"ns-{TENANTS[i]}/job/{i}", "h", TENANTS[i], "dep")
+        ledgers[i].add_items(f"ns-{TENANTS[i]}/job/{i}", [{"custom_id": "c1", "line": 1, "state": "pending"}])
+    gate(0).batch_ended(token_limited=True)
+    admitted, held = await created(1)
+    if not shared:
+        assert admitted == 1  # what the shared backoff prevents
+        return
+    assert admitted == 0
+    assert held is not None
+    assert held.reason == "QuotaExhausted"
+    assert "token_limit_exceeded" in held.message, held
+    assert backoff.read(ledgers[1], AT.key) == backoff.Backoff(1, 1_060.0)
+    now[0] = 1_061.0  # past the backoff: shard 1 creates, and its batch is answered token_limit_exceeded too
+    assert (await created(1))[0] == 1
+    gate(1).batch_ended(token_limited=True)
+    assert backoff.read(ledgers[0], AT.key) == backoff.Backoff(2, 1_061.0 + 120.0)  # doubled across shards
+    assert (await created(0))[0] == 0
+    now[0] = 1_200.0
+    assert (await created(0))[0] == 1
+    gate(0).batch_ended(token_limited=False)  # a batch that ended well after the backoff: forgotten
+    assert backoff.read(ledgers[1], AT.key) is None
+    for ledger in ledgers:
+        ledger.close()

@@ -223,6 +223,16 @@ admission_waiting = Table(
     Column("max_live_batches", Integer, nullable=False),
 )
 
+#: A deployment's backoff after a `token_limit_exceeded` answer, shared by the shards (ledger/backoff.py): no shard
+#: creates a batch on it before `until`. One row per deployment that was answered so; gone once a batch ends well.
+admission_backoff = Table(
+    "admission_backoff",
+    metadata,
+    Column("quota_key", String(64), primary_key=True),
+    Column("strikes", Integer, nullable=False),
+    Column("until", Float, nullable=False),
+)
+
 #: Columns made 64-bit after a table's first release, (table, column): PostgreSQL ledgers made before get them
 #: widened when opened (SQLite's INTEGER is 64-bit whatever the declared type).
 WIDENED = tuple(("batches", c) for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))

@@ -48,6 +48,7 @@ from barge.batch import admission_queue as aq
 from barge.batch.bounded import bound
 from barge.batch.snapshot import Snapshot, rfc3339
 from barge.ledger import Ledger
+from barge.ledger import backoff as ledger_backoff
 from barge.ledger import quota as ledger_quota
 from barge.ledger import waiting as ledger_waiting
 from barge.operator import kstatus, shared_admission
@@ -309,6 +310,11 @@ class JobGate:
         self.turned = True
         queues, dep = self.queues, self.dep
         self._mark()  # before anything is created: its batches count from the start
+        if queues.shared is not None and shards:  # another shard may have been answered token_limit_exceeded
+            shared = await asyncio.to_thread(ledger_backoff.read, queues.shared, dep.key)
+            if shared is not None:
+                with queues.mutex:
+                    dep.strikes, dep.until = max(dep.strikes, shared.strikes), max(dep.until, shared.until)
         with queues.mutex:
             leaving = not shards or self.halted()
             waited = leaving and dep.entries.pop(self.key, None) is not None
@@ -455,6 +461,7 @@ class JobGate:
         queues, dep = self.queues, self.dep
         with queues.mutex:
             dep.live = None  # its items left `submitted` in the ledger: read again at the next decision
+            struck = dep.strikes
             if token_limited:
                 dep.strikes += 1
                 dep.until = queues.clock() + aq.backoff_seconds(dep.strikes, self.backoff)
@@ -462,6 +469,12 @@ class JobGate:
                 queues.token_limits[labels] = queues.token_limits.get(labels, 0) + 1
             else:
                 dep.strikes = 0
+            strikes, until = dep.strikes, dep.until
+        if queues.shared is not None:  # the other shards back off too (a rare write, on the engine's loop)
+            if token_limited:
+                ledger_backoff.strike(queues.shared, dep.key, strikes, until)
+            elif struck:
+                ledger_backoff.clear(queues.shared, dep.key, queues.clock())
 
     def _mark(self) -> None:
         """The job's ledger row carries its queue's key (once per job and process)."""
