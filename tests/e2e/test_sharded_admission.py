@@ -39,11 +39,11 @@ def shard_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         yield cluster
 
 
-def namespace_of(shard: int, tenant: str) -> str:
-    """A fresh namespace name that hashes to `shard`."""
+def namespace_of(shard: int, tenant: str, count: int = SHARDS) -> str:
+    """A fresh namespace name that hashes to `shard` of `count`."""
     while True:
         name = f"shard-{tenant}-{os.urandom(3).hex()}"
-        if sharding.owner(name, SHARDS) == shard:
+        if sharding.owner(name, count) == shard:
             return name
 
 

@@ -145,10 +145,11 @@ def test_each_shard_deployment_steps_only_its_own_namespaces_jobs(
         assert job["metadata"]["finalizers"] == [FINALIZER if i == 0 else f"{FINALIZER}-{i}"]
         lines = (shards["data"] / ns / "results.jsonl").read_text().splitlines()
         assert len(lines) == ITEMS
-    ids = [c for batch in emulator_state(shards["port"])["batches"] for c in batch["custom_ids"]]
-    assert len(ids) == len(set(ids)) == SHARDS * ITEMS  # nothing sent (paid) twice
+    # one batch per job (both read the same input, so their custom ids are the same): nothing sent (paid) twice
+    batches = emulator_state(shards["port"])["batches"]
+    assert [len(set(b["custom_ids"])) for b in batches] == [ITEMS] * SHARDS
     # each shard's pod, on its own port of the node (metrics.port + i), reports its own namespace's job only
     for i, ns in enumerate(namespaces):
         text = _metrics(shards["metrics"] + i)
-        assert f'barge_jobs{{tenant="team-{i}",namespace="{ns}",phase="Succeeded"}} 1.0' in text, text[:2000]
+        assert f'barge_jobs{{namespace="{ns}",phase="Succeeded",tenant="team-{i}"}} 1.0' in text, text[:2000]
         assert f'namespace="{namespaces[1 - i]}"' not in text
