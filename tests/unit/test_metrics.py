@@ -10,6 +10,7 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from barge import sharding
 from barge.batch import prices
 from barge.config import OperatorConfig
 from barge.ledger import Ledger
@@ -162,3 +163,16 @@ def test_an_older_ledger_gains_the_expired_column(tmp_path: Path) -> None:
     assert ledger.metric_rows()["expired"] == []
     with sqlite3.connect(path) as conn:
         assert "expired" in {row[1] for row in conn.execute("PRAGMA table_info(batches)")}
+
+
+def test_a_shard_other_than_0_labels_its_jobs_by_the_ledgers_tenant(tmp_path: Path) -> None:
+    """Shard i > 0 reports only its own jobs (shard 0 the ledger-wide families), and labels them by the tenant the
+    ledger meters them by, as shard 0 does: not by the namespace's name."""
+    ctx = context(tmp_path)
+    ctx.config = OperatorConfig(min_batch_window=3600.0, shard=sharding.Shard(1, 2))
+    ctx.ledger.ensure_job("claims/a/uid-a", "h", "claims-team", "m")
+    ctx.book.observe({"type": None, "object": job("a", "claims", "Running")})
+    samples = scrape(ctx)
+    assert value(samples, "barge_jobs", tenant="claims-team", namespace="claims", phase="Running") == 1
+    assert value(samples, "barge_jobs", tenant="claims", namespace="claims", phase="Running") is None
+    assert not [name for name, _ in samples if name.startswith("barge_items")]  # shard 0's families only

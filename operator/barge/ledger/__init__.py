@@ -516,7 +516,10 @@ class Ledger:
             with self.engine.begin() as conn:
                 summary.fold(conn, self.postgres)
 
-    def metric_rows(self) -> dict[str, list[tuple[Any, ...]]]:
-        """Item counts and sync usage come from `item_counts` (ledger/summary.py), never from a scan of the items."""
+    def metric_rows(self, only: tuple[str, ...] = ()) -> dict[str, list[tuple[Any, ...]]]:
+        """Item counts and sync usage come from `item_counts` (ledger/summary.py), never from a scan of the items.
+        `only`: just those of `summary.METRIC_QUERIES` (a shard other than 0 reads only the jobs' tenants)."""
+        if only:
+            return {name: self._rows(*summary.METRIC_QUERIES[name]) for name in only}
         self.fold_counts()
         return {name: self._rows(sql, params) for name, (sql, params) in summary.METRIC_QUERIES.items()}

@@ -195,8 +195,9 @@ class BargeCollector(Collector):
         book) and shard 0 alone the ledger-wide families (items, tokens, cost, cleanups, held text, space, tenant
         budgets): a sum over the shards' pods counts everything once."""
         now = time.time()
-        if not self.ctx.config.shard.first:
-            yield from self._jobs(now, {})
+        if not self.ctx.config.shard.first:  # its jobs still labelled by the ledger's tenant, as on shard 0
+            jobs = self.ctx.ledger.metric_rows(only=("jobs",))["jobs"]
+            yield from self._jobs(now, {job.rsplit("/", 1)[-1]: tenant for job, tenant in jobs})
             yield from self._pools()
             yield self._pending()
             yield from self._errors()
