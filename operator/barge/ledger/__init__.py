@@ -30,6 +30,8 @@ from barge.ledger.schema import ADDED_COLUMNS, TERMINAL, USAGE, WIDENED, batches
 __all__ = ["PLANNED", "TERMINAL", "ItemUpdate", "Ledger", "Planned", "normalise_url"]
 
 PAGE = 5000
+#: The advisory lock (a 64-bit key) under which a PostgreSQL ledger's schema is made or upgraded.
+SCHEMA_LOCK = 0x6261726765_0001  # "barge", 1
 #: `Ledger.counts`: PostgreSQL's one pass; SQLite's three reads. Retrying: pending after an attempt (lines count
 #: from 1: `line > 0` keeps every item, and makes SQLite read the state's range of ix_items_state instead of every
 #: item of the job, 17 ms per 100,000).
@@ -105,12 +107,29 @@ class Ledger:
         self.postgres = self.engine.dialect.name == "postgresql"
         if not self.postgres:
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        metadata.create_all(self.engine)
-        self._add_columns()
-        if self.postgres:
-            self._keep_outputs_inline()
-            self._widen_columns()
-        summary.install(self.engine, self.postgres)
+        with self._schema_lock():
+            metadata.create_all(self.engine)
+            self._add_columns()
+            if self.postgres:
+                self._keep_outputs_inline()
+                self._widen_columns()
+            summary.install(self.engine, self.postgres)
+
+    @contextmanager
+    def _schema_lock(self) -> Iterator[None]:
+        """PostgreSQL: the schema is made or upgraded by one process at a time. Several shards (or replicas)
+        starting at once on an empty database all ran CREATE TABLE, and all but one failed on PostgreSQL's unique
+        type names (seen in bench/bench_shards.py); under a session advisory lock the others wait, then find the
+        tables made. SQLite: one process owns the file."""
+        if not self.postgres:
+            yield
+            return
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+            try:
+                yield
+            finally:
+                conn.exec_driver_sql("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
 
     def _add_columns(self) -> None:
         """A ledger written by an older Barge lacks columns added since: add them (create_all only makes tables)."""

@@ -84,7 +84,12 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             sock = ports.listen(config.metrics_port) if config.metrics_port else None
         except ports.PortUnavailable as exc:
             raise kopf.PermanentError(str(exc)) from exc
-        ctx = jobs.Context(config, Ledger(config.ledger_url), CachedKube(), prices.load(config.prices_file))
+        try:
+            ctx = jobs.Context(config, Ledger(config.ledger_url), CachedKube(), prices.load(config.prices_file))
+        except BaseException:  # Kopf retries the startup: the port must be free for the next attempt
+            if sock is not None:
+                sock.close()
+            raise
         memo["ctx"] = ctx
         await asyncio.to_thread(zygote.SERVER.warm)  # planners fork from it: its imports are done before jobs come
         memo["lag"] = asyncio.create_task(ctx.lags["main"].watch())
