@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from tools import localcluster, pgserver
 
+from barge import sharding
 from barge.emulator.profile import parse_profile
 from barge.emulator.server import EmulatorThread
 
@@ -331,3 +332,11 @@ def rabbitmq_url() -> Iterator[str]:
                 check=False,
             )
         shutil.rmtree(base, ignore_errors=True)
+
+
+def namespace_of_shard(shard: int, count: int, prefix: str) -> str:
+    """A fresh namespace name, `<prefix>-<6 hex>`, that hashes to `shard` of `count` (barge/sharding.py)."""
+    while True:
+        name = f"{prefix}-{os.urandom(3).hex()}"
+        if sharding.owner(name, count) == shard:
+            return name

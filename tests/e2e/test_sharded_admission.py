@@ -11,7 +11,6 @@ would otherwise act on these jobs too."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,8 @@ import pytest
 import yaml
 from tools.localcluster import Cluster
 
-from barge import sharding
 from barge.emulator.server import EmulatorThread
-from tests.conftest import Factory, fresh_database, kubectl_json, state
+from tests.conftest import Factory, fresh_database, kubectl_json, namespace_of_shard, state
 from tests.e2e.conftest import Operator, admin_policy, own_control_plane, wait_for
 from tests.e2e.test_admission import DEPLOYMENT, LIMIT, job, pool_ready, team
 
@@ -41,10 +39,7 @@ def shard_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 def namespace_of(shard: int, tenant: str, count: int = SHARDS) -> str:
     """A fresh namespace name that hashes to `shard` of `count`."""
-    while True:
-        name = f"shard-{tenant}-{os.urandom(3).hex()}"
-        if sharding.owner(name, count) == shard:
-            return name
+    return namespace_of_shard(shard, count, f"shard-{tenant}")
 
 
 @pytest.fixture

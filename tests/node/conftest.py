@@ -7,6 +7,7 @@ no process, mount or cgroup left, the sysctls the kubelet changed restored.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -177,3 +178,28 @@ def operator_pods(cluster: localcluster.Cluster, release: str = "barge") -> list
     selector = f"app.kubernetes.io/name=barge,app.kubernetes.io/instance={release}"
     pods = get_json(cluster, "-n", OPERATOR_NAMESPACE, "pods", "-l", selector)["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def file_policy(data: Path) -> dict[str, Any]:
+    """The admin's policy of the node tests: files under `data`, the emulator's loopback address allowed."""
+    return {
+        "storage": {"prefixes": [f"file://{data}/"]},
+        "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}]},
+    }
+
+
+def ledger_secret(cluster: localcluster.Cluster, name: str, url: str) -> None:
+    """The Secret holding the PostgreSQL ledger's URL, in the operator's namespace (made if need be)."""
+    cluster.run_kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE},
+        "data": {"url": base64.b64encode(url.encode()).decode()},
+    }
+    apply(cluster, secret)
+
+
+def crds_installed(cluster: localcluster.Cluster) -> bool:
+    """Barge's CRDs are there already (an earlier release kept them): the next release must not install them."""
+    return cluster.run_kubectl("get", "crd", "llmbatchjobs.barge.dev", check=False).returncode == 0

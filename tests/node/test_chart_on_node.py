@@ -30,6 +30,7 @@ from tests.node.conftest import (
     credential,
     emulator_pod,
     emulator_state,
+    file_policy,
     free_port,
     get_json,
     helm,
@@ -88,10 +89,7 @@ def installed(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFacto
         *emulator_pod("emulator-slow", TENANT_NS, ports["slow"], NEVER_ENDS),
     )
     metrics_port = free_port()
-    policy = {
-        "storage": {"prefixes": [f"file://{data}/"]},
-        "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}]},
-    }
+    policy = file_policy(data)
     values = chart_values(
         node,
         metrics_port,

@@ -10,7 +10,6 @@ Deployment and metrics.port, peered on one ledger (`peering.enabled`; the second
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import time
@@ -28,12 +27,15 @@ from tests.node.conftest import (
     OPERATOR_NAMESPACE,
     apply,
     chart_values,
+    crds_installed,
     credential,
     emulator_pod,
     emulator_state,
+    file_policy,
     free_port,
     get_json,
     helm,
+    ledger_secret,
     operator_pods,
     pod_ready,
     tenant_namespace,
@@ -81,19 +83,8 @@ def replicas(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFactor
         *emulator_pod("emulator", NS, port, "batch: {processingSeconds: 4}\n"),
     )
     with pgserver.postgres(fsync=False) as ledger_url:
-        node.run_kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "barge-ledger", "namespace": OPERATOR_NAMESPACE},
-            "data": {"url": base64.b64encode(ledger_url.encode()).decode()},
-        }
-        apply(node, secret)
-        policy = {
-            "storage": {"prefixes": [f"file://{data}/"]},
-            "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}]},
-        }
-        crds_there = node.run_kubectl("get", "crd", "llmbatchjobs.barge.dev", check=False).returncode == 0
+        ledger_secret(node, "barge-ledger", ledger_url)
+        policy, crds_there = file_policy(data), crds_installed(node)
         for release in RELEASES:
             first = release == RELEASES[0]
             values = chart_values(

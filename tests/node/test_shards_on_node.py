@@ -7,7 +7,6 @@ On the node's network the two shards' pods share the node: the chart gives shard
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import urllib.request
@@ -20,18 +19,20 @@ import pytest
 import yaml
 from tools import localcluster, pgserver
 
-from barge import sharding
-from tests.conftest import REPO
+from tests.conftest import REPO, namespace_of_shard
 from tests.node.conftest import (
     OPERATOR_NAMESPACE,
     apply,
     chart_values,
+    crds_installed,
     credential,
     emulator_pod,
     emulator_state,
+    file_policy,
     free_port,
     get_json,
     helm,
+    ledger_secret,
     operator_pods,
     pod_ready,
     tenant_namespace,
@@ -47,11 +48,7 @@ FINALIZER = "barge.dev/finalizer"
 
 
 def namespace_of(shard: int) -> str:
-    """A fresh namespace name that hashes to `shard` of `SHARDS`."""
-    while True:
-        name = f"team-{os.urandom(3).hex()}"
-        if sharding.owner(name, SHARDS) == shard:
-            return name
+    return namespace_of_shard(shard, SHARDS, "team")
 
 
 def _job(namespace: str, port: int, data: Path) -> dict[str, Any]:
@@ -80,19 +77,8 @@ def shards(node: localcluster.Cluster, tmp_path_factory: pytest.TempPathFactory)
         apply(node, tenant_namespace(ns, f"team-{i}"), credential(ns, "anthropic"))
     apply(node, *emulator_pod("emulator", namespaces[0], port, "batch: {processingSeconds: 2}\n"))
     with pgserver.postgres(fsync=False) as ledger_url:
-        node.run_kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "barge-shards-ledger", "namespace": OPERATOR_NAMESPACE},
-            "data": {"url": base64.b64encode(ledger_url.encode()).decode()},
-        }
-        apply(node, secret)
-        policy = {
-            "storage": {"prefixes": [f"file://{data}/"]},
-            "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}]},
-        }
-        crds_there = node.run_kubectl("get", "crd", "llmbatchjobs.barge.dev", check=False).returncode == 0
+        ledger_secret(node, "barge-shards-ledger", ledger_url)
+        policy, crds_there = file_policy(data), crds_installed(node)
         values = chart_values(
             node,
             metrics,

@@ -32,6 +32,7 @@ from tests.node.conftest import (
     credential,
     emulator_pod,
     emulator_state,
+    file_policy,
     free_port,
     get_json,
     helm,
@@ -168,10 +169,7 @@ def operator(
         credential(NS, "openai"),
         *emulator_pod("provider", NS, emulator_port, yaml.safe_dump(profile)),
     )
-    policy = {
-        "storage": {"prefixes": [f"file://{data}/"]},
-        "endpoints": {"allow": [{"host": "127.0.0.1", "private": True}]},
-    }
+    policy = file_policy(data)
     volume = {"name": "results", "hostPath": {"path": str(data), "type": "Directory"}}
     values = chart_values(
         node,
