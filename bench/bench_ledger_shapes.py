@@ -10,6 +10,10 @@ ledgers, with no network and no provider in the way (bench_ingest measures the w
             Python and added as one row update per state (what "counts from the same appends" means)
   append+state  the same appends, plus each item's state and attempts updated in place (small rows, sorted): the
             shape that keeps `items.state` as the one place a reader looks, at the cost of the sorted pass
+  append+fold  the same appends; only the items whose outcome differs from the batch's (anything but succeeded)
+            updated in place as they come, and once the batch's last chunk is in, one statement moves every item
+            still `submitted` to `succeeded` (small rows: no output, no usage): the issue's "items moved only when
+            their outcome differs from the shard's", with `items.state` right again once the batch is ingested
   floor     the appends alone with no index, no counts and no transaction beyond one per chunk (SQLite: the
             same INSERT; PostgreSQL: COPY into an unlogged-free plain table): what storing the text costs at least
 
@@ -151,6 +155,53 @@ def write_append(ledger: Ledger, job: str, rows: list[Row], *, state: bool = Fal
     raw.close()
 
 
+_FOLD = (
+    "UPDATE items SET state = 'succeeded', via = 'batch', attempts = attempts + 1 "
+    "WHERE job = ? AND batch_id = 'b0' AND state = 'submitted'"
+)
+
+
+def write_append_fold(ledger: Ledger, job: str, rows: list[Row]) -> None:
+    """Appends as `append`; only the items whose outcome differs from the batch's (not succeeded, 1% here) are
+    updated in place (their count trigger counts them), the succeeded results' usage is added to `item_counts` per
+    chunk; once the batch's last chunk is in, one statement moves every item still `submitted` to `succeeded`
+    (small rows, no output), counted by the trigger on PostgreSQL and by its row count on SQLite (the trigger
+    dropped, as ledger/bulk.py does)."""
+    raw, cur = _cursor(ledger)
+    seq = 0
+    p = "%s" if ledger.postgres else "?"
+    differing = (
+        f"UPDATE items SET state = {p}, error_type = {p}, reason = {p}, attempts = {p}, via = {p} "  # noqa: S608
+        f"WHERE job = {p} AND custom_id = {p}"
+    )
+    for chunk in chunks(rows):
+        _append(ledger, cur, "appended", job, seq, chunk)
+        seq += len(chunk)
+        rest = sorted(((*r[1:6], job, r[0]) for r in chunk if r[1] != "succeeded"), key=itemgetter(6))
+        cur.executemany(differing, rest)
+        counts, usage = tally(job, [r for r in chunk if r[1] == "succeeded"])
+        summary.add(cur, ledger.postgres, {k: [0, *v[1:]] for k, v in counts.items()})  # usage only: n at the fold
+        cur.execute(
+            f"UPDATE batches SET input_tokens = input_tokens + {p}, output_tokens = output_tokens + {p}, "  # noqa: S608
+            f"cache_read_tokens = cache_read_tokens + {p}, cache_write_tokens = cache_write_tokens + {p}, "
+            f"expired = expired + {p} WHERE job = {p} AND batch_id = 'b0'",
+            (*usage, job),
+        )
+        raw.commit()
+    if ledger.postgres:
+        cur.execute(_FOLD.replace("?", "%s"), (job,))
+    else:
+        assert summary.pause(cur)
+        with summary.update_trigger_dropped(cur):
+            cur.execute(_FOLD, (job,))
+            moved = cur.rowcount
+        summary.resume(cur)
+        moves = {(job, "succeeded", "batch"): [moved, 0, 0, 0, 0], (job, "submitted", ""): [-moved, 0, 0, 0, 0]}
+        summary.add(cur, False, moves)
+    raw.commit()
+    raw.close()
+
+
 def write_floor(ledger: Ledger, job: str, rows: list[Row]) -> None:
     raw, cur = _cursor(ledger)
     seq = 0
@@ -213,6 +264,7 @@ def run(name: str, url: str, rows: list[Row]) -> list[tuple[str, str, str, float
         "update": lambda job: write_update(ledger, job, rows),
         "append": lambda job: write_append(ledger, job, rows),
         "append+state": lambda job: write_append(ledger, job, rows, state=True),
+        "append+fold": lambda job: write_append_fold(ledger, job, rows),
     }
     out = []
     for shape, write in shapes.items():
