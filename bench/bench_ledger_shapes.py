@@ -14,6 +14,9 @@ ledgers, with no network and no provider in the way (bench_ingest measures the w
             updated in place as they come, and once the batch's last chunk is in, one statement moves every item
             still `submitted` to `succeeded` (small rows: no output, no usage): the issue's "items moved only when
             their outcome differs from the shard's", with `items.state` right again once the batch is ingested
+  append+join  the same appends, then per chunk one UPDATE ... FROM the chunk's appended rows: every item moved to
+            its state and usage as today, its output left in the appended row (item rows stay small, the text is
+            written once): only the readers of outputs would change
   floor     the appends alone with no index, no counts and no transaction beyond one per chunk (SQLite: the
             same INSERT; PostgreSQL: COPY into an unlogged-free plain table): what storing the text costs at least
 
@@ -202,6 +205,41 @@ def write_append_fold(ledger: Ledger, job: str, rows: list[Row]) -> None:
     raw.close()
 
 
+_JOINED = (
+    "UPDATE items SET state = a.state, error_type = a.error_type, reason = a.reason, "
+    "attempts = COALESCE(a.attempts, items.attempts), via = a.via, input_tokens = a.input_tokens, "
+    "output_tokens = a.output_tokens, cache_read_tokens = a.cache_read_tokens, "
+    "cache_write_tokens = a.cache_write_tokens FROM appended a "
+    "WHERE a.job = ? AND a.seq >= ? AND a.seq < ? AND items.job = a.job AND items.custom_id = a.custom_id"
+)
+
+
+def write_append_join(ledger: Ledger, job: str, rows: list[Row]) -> None:
+    """Appends as `append`, then in the same transaction one set-based UPDATE ... FROM the chunk's appended rows
+    moves each item to its state and usage, output left in the appended row: item rows stay small (the output is
+    written once, appended), and `items` holds every state and usage as today, so only the readers of outputs
+    change. SQLite: the count trigger dropped and the chunk's counts added from `bulk.tally`, as ledger/bulk.py does
+    today; PostgreSQL: its statement trigger counts."""
+    raw, cur = _cursor(ledger)
+    seq = 0
+    for chunk in chunks(rows):
+        _append(ledger, cur, "appended", job, seq, chunk)
+        bounds = (job, seq, seq + len(chunk))
+        seq += len(chunk)
+        if ledger.postgres:
+            cur.execute(_JOINED.replace("?", "%s"), bounds)
+            _counts(ledger, cur, job, chunk, items=False)
+        else:
+            assert summary.pause(cur)
+            with summary.update_trigger_dropped(cur):
+                cur.execute(_JOINED + " AND items.state = 'submitted'", bounds)
+                assert cur.rowcount == len(chunk), (cur.rowcount, len(chunk))
+            summary.resume(cur)
+            _counts(ledger, cur, job, chunk)
+        raw.commit()
+    raw.close()
+
+
 def write_floor(ledger: Ledger, job: str, rows: list[Row]) -> None:
     raw, cur = _cursor(ledger)
     seq = 0
@@ -265,6 +303,7 @@ def run(name: str, url: str, rows: list[Row]) -> list[tuple[str, str, str, float
         "append": lambda job: write_append(ledger, job, rows),
         "append+state": lambda job: write_append(ledger, job, rows, state=True),
         "append+fold": lambda job: write_append_fold(ledger, job, rows),
+        "append+join": lambda job: write_append_join(ledger, job, rows),
     }
     out = []
     for shape, write in shapes.items():
