@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from barge.batch import memory
+from barge.batch.render import PlanError
 
 MIB = 1 << 20
 
@@ -43,7 +44,7 @@ def test_planner_slots_are_what_fits_beside_the_reserve() -> None:
 
 def test_planner_memory_is_one_budget_for_every_engine_loop() -> None:
     """Two event loops in two threads (as the engine loops are): the second planner waits for the first's release."""
-    gate = memory.PlannerMemory(lambda: 384 * MIB + 300 * MIB)  # room for one planner of 256 MiB
+    gate = memory.PlannerMemory(lambda: 384 * MIB + 300 * MIB, lambda: 190 * MIB)  # room for one of 256 MiB
     order: list[str] = []
     first_in = threading.Event()
     release_first = threading.Event()
@@ -83,7 +84,7 @@ def test_planner_memory_is_one_budget_for_every_engine_loop() -> None:
 
 
 def test_a_cancelled_waiter_takes_no_room() -> None:
-    gate = memory.PlannerMemory(lambda: 384 * MIB + 256 * MIB)
+    gate = memory.PlannerMemory(lambda: 384 * MIB + 256 * MIB, lambda: 190 * MIB)
 
     async def run() -> None:
         release = await gate.acquire(256 * MIB, 384 * MIB)
@@ -100,6 +101,47 @@ def test_a_cancelled_waiter_takes_no_room() -> None:
 
     asyncio.run(run())
     assert gate.used() == 0
+
+
+def test_the_reserve_grows_with_what_the_operator_holds() -> None:
+    """An operator watching many jobs holds more than its configured reserve (768 MB at 2,000 jobs, bench_shards):
+    a planner starts only beside what it holds now plus memory.ABOVE_RESIDENT, else it is refused (retried), with
+    the figure and what to do; below the reserve, the reserve counts as before."""
+    held = [190 * MIB]
+    gate = memory.PlannerMemory(lambda: 1024 * MIB, lambda: held[0])
+
+    async def take() -> None:
+        (await gate.acquire(256 * MIB, 384 * MIB))()
+
+    asyncio.run(take())  # 190 + 192 < 384: the reserve; 640 MiB left, room for two
+    held[0] = 768 * MIB  # 768 + 192 = 960 MiB kept: 64 MiB left, no room for a planner of 256
+    with pytest.raises(PlanError, match="already holds 768 MiB") as caught:
+        asyncio.run(take())
+    assert not caught.value.permanent
+    assert "sharding.shards" in str(caught.value)
+    assert gate.used() == 0
+    held[0] = 500 * MIB  # 692 kept: one planner fits (332 left), a second waits for it
+    order: list[str] = []
+
+    async def two() -> None:
+        first = await gate.acquire(256 * MIB, 384 * MIB)
+        second = asyncio.ensure_future(gate.acquire(256 * MIB, 384 * MIB))
+        await asyncio.sleep(0.01)
+        order.append("second waiting" if not second.done() else "second in")
+        first()
+        (await asyncio.wait_for(second, 5))()
+        order.append("second in")
+
+    asyncio.run(two())
+    assert order == ["second waiting", "second in"]
+
+
+def test_resident_memory_is_read_from_proc(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text("Name:\tbarge\nVmHWM:\t  900000 kB\nVmRSS:\t  786432 kB\n")
+    assert memory.resident(status) == 768 * MIB
+    assert memory.resident(tmp_path / "missing") == 0
+    assert memory.resident() > 0  # this process's own
 
 
 def test_ingestions_together_commit_once_they_hold_the_shared_budget() -> None:

@@ -11,6 +11,8 @@ together. Here:
 | planners              | each counts its address-space limit (`BARGE_PLANNER_MEMORY_MB`); one starts only while     |
 |                       | the operator's reserve (`BARGE_OPERATOR_RESERVE_MB`) plus the running ones plus it fit the |
 |                       | limit; the others wait in arrival order; none fits at all: planning is refused, retried    |
+|                       | the reserve grows with the operator: never less than its resident memory now plus         |
+|                       | `ABOVE_RESIDENT` (the jobs it watches cost it ~0.25 MiB each: 768 MB at 2,000 jobs)       |
 | ingestion             | result text held by all ingestions at once is `INGEST_TEXT` at most: past it, each commits |
 |                       | its chunk at its next page instead of growing it (smaller chunks, never more memory)       |
 
@@ -31,6 +33,22 @@ CGROUP = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 60
 #: Result text (characters) all ingestions of the process may hold at once: two full chunks (ingest.CHUNK_BYTES).
 INGEST_TEXT = 32 << 20
+#: What the operator may still grow by beyond its resident memory when a planner starts: the planner server
+#: (~55 MiB, a process of its own), one large ingestion (~+100) and one synchronous pass (~+30), rounded up
+#: (docs/how-to/sizing.md). An operator after its imports (~190 MiB) plus this is the default reserve, 384 MiB;
+#: an operator watching 2,000 jobs (768 MB, bench_shards) needs more, and its planners must not take it.
+ABOVE_RESIDENT = 192 << 20
+
+
+def resident(status: Path = Path("/proc/self/status")) -> int:
+    """This process's resident memory in bytes (VmRSS), 0 where /proc cannot say."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
 
 
 def container_limit(root: Path = CGROUP) -> int | None:
@@ -63,9 +81,10 @@ class PlannerMemory(Gate):
     """Admission of planner processes by the memory they may use (module docstring): in arrival order, each
     waiting until its need fits the budget (the waiting itself is batch/gate.py's)."""
 
-    def __init__(self, limit: Callable[[], int | None] = container_limit) -> None:
+    def __init__(self, limit: Callable[[], int | None] = container_limit, held: Callable[[], int] = resident) -> None:
         super().__init__()
         self._limit = limit
+        self._held = held
         self._used = 0
         self._budget: int | None = None
         self.peak = 0
@@ -93,12 +112,20 @@ class PlannerMemory(Gate):
         running; returns the release (call it once the process is reaped). Raises PlanError (not permanent) when
         it can never fit."""
         limit = self._limit()
+        held = self._held() if limit is not None else 0
+        grown = held + ABOVE_RESIDENT > reserve
+        reserve = max(reserve, held + ABOVE_RESIDENT)
         budget = None if limit is None else limit - reserve
         if limit is not None and budget is not None and need > budget:
+            why = (
+                f"the operator already holds {held >> 20} MiB (with {ABOVE_RESIDENT >> 20} MiB of room kept above "
+                "it): raise the limit, or spread the namespaces over more operators (the chart's sharding.shards)"
+                if grown
+                else f"its reserve {reserve >> 20} MiB (BARGE_OPERATOR_RESERVE_MB): raise the limit or lower one"
+            )
             raise PlanError(
-                f"no room for a planner: the operator's memory limit is {limit >> 20} MiB, its reserve "
-                f"{reserve >> 20} MiB (BARGE_OPERATOR_RESERVE_MB) and each planner may use {need >> 20} MiB "
-                "(BARGE_PLANNER_MEMORY_MB): raise the limit or lower one of them",
+                f"no room for a planner: the operator's memory limit is {limit >> 20} MiB, each planner may use "
+                f"{need >> 20} MiB (BARGE_PLANNER_MEMORY_MB), and {why}",
                 permanent=False,
             )
         with self._lock:
