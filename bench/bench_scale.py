@@ -10,11 +10,10 @@ the counts the run printed add up to N.
 
 Target: peak RSS < 250 MB at every size, time per item flat from the smallest size to the largest. Sizes:
 BENCH_SCALE_SIZES (default "100000,1000000", ~0.2 and ~2 GB of input written to the temporary directory; the
-issue's 10,000,000 is BENCH_SCALE_SIZES=10000000, ~20 GB, but `barge emulator` keeps every request of every batch
-in its memory, ~2 KB of prompt and a Python object each, more than this 24 GiB machine has for 10M: that size needs
-an emulator that spills, not a different Barge), provider BENCH_SCALE_PROVIDER (anthropic; or openai), poll
-BENCH_SCALE_POLL (2 s).
-Shards follow the provider's limits (Anthropic 100,000 requests or 256 MB per batch, OpenAI 50,000 / 200 MB).
+issue's 10,000,000 is BENCH_SCALE_SIZES=10000000: ~20 GB of input and ~30 GB of ledger on disk), provider
+BENCH_SCALE_PROVIDER (anthropic; or openai), poll BENCH_SCALE_POLL (2 s). `barge run --max-items N` lifts the
+item limit (1,000,000 by default, as the operator's policy default) to the size. Shards follow the provider's
+limits (Anthropic 100,000 requests or 256 MB per batch, OpenAI 50,000 / 200 MB).
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ def main() -> None:
                 env = {**os.environ, "BARGE_API_KEY": "k", "BARGE_MIN_BATCH_WINDOW": "0"}
                 db = tmp / "ledger.db"
                 cmd = [sys.executable, "-m", "barge.cli", "run", str(manifest(tmp, base, data, n)), "--ledger", str(db)]
-                seconds, rss, out, code = timed([*cmd, "--poll", str(POLL), "--json"], env)
+                seconds, rss, out, code = timed([*cmd, "--poll", str(POLL), "--json", "--max-items", str(n)], env)
                 assert code == 0, out
                 final = json.loads(out.strip().splitlines()[-1])
                 succeeded = lines_of(tmp / f"out-{n}" / "results.jsonl")

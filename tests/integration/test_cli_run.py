@@ -120,3 +120,20 @@ def test_bad_input_file_every_line_accounted(tmp_path: Path) -> None:
         "template_error",
     }
     assert all(f["status"] == "invalid" and f["reason"] for f in bad)
+
+
+def test_run_takes_the_item_limit_the_operator_takes_from_its_policy(tmp_path: Path) -> None:
+    """`barge run --max-items` is the policy's ledger.maxItemsPerJob for a local run: an input one line longer is
+    refused whole (exit 3, Admitted=False ItemLimit naming the limit), at the limit it runs."""
+    with EmulatorThread(load_profile(EXAMPLE / "emulator-faults.yaml")) as emu:
+        path = example_manifest(tmp_path, emu.url, 6)
+        over = barge("run", str(path), "--ledger", str(tmp_path / "over.db"), "--json", "--max-items", "5")
+        assert over.returncode == 3, over.stderr
+        admitted = next(c for c in json.loads(over.stdout)["conditions"] if c["type"] == "Admitted")
+        assert admitted["reason"] == "ItemLimit"
+        assert "more than 5 lines" in admitted["message"]
+        fits = barge("run", str(path), "--ledger", str(tmp_path / "fits.db"), "--json", "--max-items", "6")
+        assert fits.returncode == 0, fits.stderr
+        assert json.loads(fits.stdout)["counts"]["total"] == 6
+    refused = barge("run", str(path), "--ledger", str(tmp_path / "x.db"), "--max-items", "0")
+    assert refused.returncode == 2  # typer's usage error: at least 1

@@ -159,6 +159,15 @@ def run(
         int,
         typer.Option(help="Requests per batch at most (0 = the provider's limit).", envvar="BARGE_MAX_SHARD_REQUESTS"),
     ] = 0,
+    max_items: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Input lines the job may have (the operator takes this from its policy's ledger.maxItemsPerJob); "
+            "a longer input is refused whole.",
+            envvar="BARGE_MAX_ITEMS_PER_JOB",
+        ),
+    ] = 1_000_000,
 ) -> None:
     """Run an LLMBatchJob manifest to completion locally; rerunning the same command resumes it.
 
@@ -168,8 +177,13 @@ def run(
     """
     from barge.batch.job import EngineSettings
     from barge.cli import local
+    from barge.limits import LedgerLimits
 
-    settings = EngineSettings(min_batch_window=min_batch_window, max_shard_requests=max_shard_requests)
+    default = LedgerLimits()  # the local ledger's own tenant holds this job and the earlier ones it kept
+    room = LedgerLimits(max_items, max(default.max_items_per_tenant, 2 * max_items))
+    settings = EngineSettings(
+        min_batch_window=min_batch_window, max_shard_requests=max_shard_requests, ledger_limits=room
+    )
     code = local.run_command(manifest, ledger, json_output, poll, settings)
     raise typer.Exit(code)
 
