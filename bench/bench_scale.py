@@ -12,7 +12,8 @@ Target: peak RSS < 250 MB at every size, time per item flat from the smallest si
 BENCH_SCALE_SIZES (default "100000,1000000", ~0.2 and ~2 GB of input written to the temporary directory; the
 issue's 10,000,000 is BENCH_SCALE_SIZES=10000000: ~20 GB of input and ~30 GB of ledger on disk), provider
 BENCH_SCALE_PROVIDER (anthropic; or openai), poll BENCH_SCALE_POLL (2 s). `barge run --max-items N` lifts the
-item limit (1,000,000 by default, as the operator's policy default) to the size. Shards follow the provider's
+item limit (1,000,000 by default, as the operator's policy default) to the size; BENCH_SCALE_PLANNER_MB (256,
+the default) is `--planner-memory-mb`, the planner process's address space. Shards follow the provider's
 limits (Anthropic 100,000 requests or 256 MB per batch, OpenAI 50,000 / 200 MB).
 """
 
@@ -34,6 +35,7 @@ from bench_engine import MODELS, timed
 SIZES = [int(x) for x in os.environ.get("BENCH_SCALE_SIZES", "100000,1000000").split(",") if x]
 KIND = os.environ.get("BENCH_SCALE_PROVIDER", "anthropic")
 POLL = float(os.environ.get("BENCH_SCALE_POLL", "2"))
+PLANNER_MB = int(os.environ.get("BENCH_SCALE_PLANNER_MB", "256"))
 RSS_TARGET_MB = 250
 
 
@@ -88,7 +90,19 @@ def main() -> None:
                 env = {**os.environ, "BARGE_API_KEY": "k", "BARGE_MIN_BATCH_WINDOW": "0"}
                 db = tmp / "ledger.db"
                 cmd = [sys.executable, "-m", "barge.cli", "run", str(manifest(tmp, base, data, n)), "--ledger", str(db)]
-                seconds, rss, out, code = timed([*cmd, "--poll", str(POLL), "--json", "--max-items", str(n)], env)
+                seconds, rss, out, code = timed(
+                    [
+                        *cmd,
+                        "--poll",
+                        str(POLL),
+                        "--json",
+                        "--max-items",
+                        str(n),
+                        "--planner-memory-mb",
+                        str(PLANNER_MB),
+                    ],
+                    env,
+                )
                 assert code == 0, out
                 final = json.loads(out.strip().splitlines()[-1])
                 succeeded = lines_of(tmp / f"out-{n}" / "results.jsonl")

@@ -265,9 +265,13 @@ async def plan(
         raise PlanError(error)
     if code != 0:
         said = tail.decode(errors="replace").strip().splitlines()
-        why = {-signal.SIGXCPU: f"more than {limits.job_cpu_seconds} CPU seconds", -signal.SIGKILL: "killed"}.get(
-            code, f"exit code {code}"
-        )
+        why = {
+            -signal.SIGXCPU: f"more than {limits.job_cpu_seconds} CPU seconds",
+            -signal.SIGKILL: "killed",
+            # what a planner at its address-space limit died of, planning 10M lines in 256 MiB (bench_scale)
+            -signal.SIGSEGV: f"crashed, most likely out of its {limits.memory_bytes >> 20} MiB of memory "
+            "(BARGE_PLANNER_MEMORY_MB)",
+        }.get(code, f"exit code {code}")
         message = bound(f"planning stopped ({why}): {said[-1] if said else ''}", 500)
         raise PlanError(message, permanent=code == -signal.SIGXCPU)
     return written

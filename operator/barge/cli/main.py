@@ -168,6 +168,14 @@ def run(
             envvar="BARGE_MAX_ITEMS_PER_JOB",
         ),
     ] = 1_000_000,
+    planner_memory_mb: Annotated[
+        int,
+        typer.Option(
+            min=64,
+            help="Address space of the planner process that renders the templates, MiB (as the operator's).",
+            envvar="BARGE_PLANNER_MEMORY_MB",
+        ),
+    ] = 256,
 ) -> None:
     """Run an LLMBatchJob manifest to completion locally; rerunning the same command resumes it.
 
@@ -176,13 +184,17 @@ def run(
     over its budget): the reason and message are printed. While it waits (planning) each progress line says why.
     """
     from barge.batch.job import EngineSettings
+    from barge.batch.planner import PlanLimits
     from barge.cli import local
     from barge.limits import LedgerLimits
 
     default = LedgerLimits()  # the local ledger's own tenant holds this job and the earlier ones it kept
     room = LedgerLimits(max_items, max(default.max_items_per_tenant, 2 * max_items))
     settings = EngineSettings(
-        min_batch_window=min_batch_window, max_shard_requests=max_shard_requests, ledger_limits=room
+        min_batch_window=min_batch_window,
+        max_shard_requests=max_shard_requests,
+        ledger_limits=room,
+        plan_limits=PlanLimits(memory_bytes=planner_memory_mb << 20),
     )
     code = local.run_command(manifest, ledger, json_output, poll, settings)
     raise typer.Exit(code)
