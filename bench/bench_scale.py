@@ -30,7 +30,8 @@ from pathlib import Path
 
 import yaml
 from _common import start_emulator, write_input
-from bench_engine import MODELS, timed
+from bench_engine import manifest as engine_manifest
+from bench_engine import timed
 
 SIZES = [int(x) for x in os.environ.get("BENCH_SCALE_SIZES", "100000,1000000").split(",") if x]
 KIND = os.environ.get("BENCH_SCALE_PROVIDER", "anthropic")
@@ -40,20 +41,11 @@ RSS_TARGET_MB = 250
 
 
 def manifest(tmp: Path, base: str, data: Path, n: int) -> Path:
-    spec = {
-        "provider": {
-            "type": KIND,
-            "model": MODELS[KIND],
-            "secretRef": {"name": "k"},
-            "baseURL": f"{base}/v1" if KIND == "openai" else base,
-        },
-        "input": {"url": str(data)},
-        "output": {"url": str(tmp / f"out-{n}")},
-        "successRatio": "0.9",
-        "request": {"template": "{{ text }}", "maxTokens": 50},
-        "retention": {"keepPayloadsFor": "30d", "keepOutputsFor": "30d"},
-    }
-    doc = {"apiVersion": "barge.dev/v1alpha1", "kind": "LLMBatchJob", "metadata": {"name": f"scale-{n}"}, "spec": spec}
+    """bench_engine's job, keeping its texts (so that the ledger can be measured with them) and its own output."""
+    doc = yaml.safe_load(engine_manifest(tmp, KIND, base, data).read_text())
+    doc["metadata"]["name"] = f"scale-{n}"
+    doc["spec"]["output"]["url"] = str(tmp / f"out-{n}")
+    doc["spec"]["retention"] = {"keepPayloadsFor": "30d", "keepOutputsFor": "30d"}
     path = tmp / f"job-{n}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
