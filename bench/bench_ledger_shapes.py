@@ -182,14 +182,9 @@ def write_append_fold(ledger: Ledger, job: str, rows: list[Row]) -> None:
         seq += len(chunk)
         rest = sorted(((*r[1:6], job, r[0]) for r in chunk if r[1] != "succeeded"), key=itemgetter(6))
         cur.executemany(differing, rest)
-        counts, usage = tally(job, [r for r in chunk if r[1] == "succeeded"])
+        counts, _ = tally(job, [r for r in chunk if r[1] == "succeeded"])
         summary.add(cur, ledger.postgres, {k: [0, *v[1:]] for k, v in counts.items()})  # usage only: n at the fold
-        cur.execute(
-            f"UPDATE batches SET input_tokens = input_tokens + {p}, output_tokens = output_tokens + {p}, "  # noqa: S608
-            f"cache_read_tokens = cache_read_tokens + {p}, cache_write_tokens = cache_write_tokens + {p}, "
-            f"expired = expired + {p} WHERE job = {p} AND batch_id = 'b0'",
-            (*usage, job),
-        )
+        _counts(ledger, cur, job, chunk, items=False)  # the batch's usage
         raw.commit()
     if ledger.postgres:
         cur.execute(_FOLD.replace("?", "%s"), (job,))

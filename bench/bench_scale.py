@@ -30,8 +30,8 @@ from pathlib import Path
 
 import yaml
 from _common import start_emulator, write_input
+from bench_engine import lines_of, timed
 from bench_engine import manifest as engine_manifest
-from bench_engine import timed
 
 SIZES = [int(x) for x in os.environ.get("BENCH_SCALE_SIZES", "100000,1000000").split(",") if x]
 KIND = os.environ.get("BENCH_SCALE_PROVIDER", "anthropic")
@@ -63,11 +63,6 @@ def sizes_of(db: Path) -> tuple[int, int]:
     finally:
         conn.close()
     return on_disk, (pages - free) * page_size
-
-
-def lines_of(path: Path) -> int:
-    with path.open("rb") as fh:
-        return sum(1 for _ in fh)
 
 
 def main() -> None:

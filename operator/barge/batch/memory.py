@@ -121,7 +121,8 @@ class PlannerMemory(Gate):
                 f"the operator already holds {held >> 20} MiB (with {ABOVE_RESIDENT >> 20} MiB of room kept above "
                 "it): raise the limit, or spread the namespaces over more operators (the chart's sharding.shards)"
                 if grown
-                else f"its reserve {reserve >> 20} MiB (BARGE_OPERATOR_RESERVE_MB): raise the limit or lower one"
+                else f"its reserve {reserve >> 20} MiB (BARGE_OPERATOR_RESERVE_MB): raise the limit, or lower "
+                "one of them"
             )
             raise PlanError(
                 f"no room for a planner: the operator's memory limit is {limit >> 20} MiB, each planner may use "
